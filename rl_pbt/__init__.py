@@ -1,0 +1,18 @@
+"""rl_pbt: asynchronous APPO with Population Based Training and self-play on one machine.
+
+Public names: `register_env`, `RewardShapingInterface`, `parse_cfg`, `train`.
+"""
+
+from rl_pbt.config.parse import Cfg, ConfigError, parse_cfg
+from rl_pbt.envs.interfaces import RewardShapingInterface
+from rl_pbt.envs.registry import register_env
+
+
+def train(cfg: Cfg) -> int:
+    """Train until the config's budget is spent; returns 0 on success. See runtime/runner.py."""
+    from rl_pbt.runtime.runner import run
+
+    return run(cfg)
+
+
+__all__ = ["register_env", "RewardShapingInterface", "parse_cfg", "train", "Cfg", "ConfigError"]

@@ -1,0 +1,205 @@
+"""Builds the parser from `flags.FLAGS`, applies presets, validates, saves and loads configs.
+
+Precedence, lowest first: flag defaults < env defaults (from `register_env`) < preset file <
+command line. Errors name the flag, the value and what is allowed.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+from pathlib import Path
+from typing import Any, Iterable, Optional
+
+from rl_pbt.config.flags import FLAGS, Flag
+
+CONFIGS_DIR = Path(__file__).resolve().parents[2] / "configs"
+
+
+class ConfigError(ValueError):
+    """A bad flag value; the message names the flag, the value and what is allowed."""
+
+
+class Cfg:
+    """Resolved configuration: attribute access, plus dict round trips for saving."""
+
+    def __init__(self, values: dict[str, Any]):
+        self.__dict__.update(values)
+
+    def to_dict(self) -> dict[str, Any]:
+        return dict(self.__dict__)
+
+    def __getitem__(self, key: str) -> Any:  # lets dict-style code read it too
+        return self.__dict__[key]
+
+    def __contains__(self, key: str) -> bool:
+        return key in self.__dict__
+
+    def __repr__(self) -> str:
+        return f"Cfg({self.__dict__})"
+
+
+def str2bool(v: str) -> bool:
+    if isinstance(v, bool):
+        return v
+    low = v.lower()
+    if low in ("true", "1", "yes", "y", "t"):
+        return True
+    if low in ("false", "0", "no", "n", "f"):
+        return False
+    raise argparse.ArgumentTypeError(f"expected a boolean (True/False), got {v!r}")
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str):  # raise instead of exiting, so library callers can catch it
+        raise ConfigError(message)
+
+
+def _add_flag(parser: argparse.ArgumentParser, flag: Flag) -> None:
+    kwargs: dict[str, Any] = dict(default=argparse.SUPPRESS, help=f"{flag.help} (default: "
+                                  f"{flag.default})")
+    if flag.type is bool:
+        kwargs.update(type=str2bool, nargs="?", const=True)
+    elif flag.type is list:
+        kwargs.update(type=int, nargs="+")
+    else:
+        kwargs.update(type=flag.type)
+    if flag.choices is not None:
+        kwargs["choices"] = flag.choices
+    parser.add_argument(f"--{flag.name}", **kwargs)
+
+
+def build_parser(flags: Iterable[Flag]) -> argparse.ArgumentParser:
+    parser = _Parser(prog="rl-pbt-train", description="APPO + Population Based Training")
+    for flag in flags:
+        _add_flag(parser, flag)
+    return parser
+
+
+def load_preset(name_or_path: str) -> dict[str, Any]:
+    path = Path(name_or_path)
+    candidates = [path, CONFIGS_DIR / name_or_path, CONFIGS_DIR / f"{name_or_path}.json"]
+    for candidate in candidates:
+        if candidate.is_file():
+            with open(candidate) as f:
+                return json.load(f)
+    known = sorted(p.stem for p in CONFIGS_DIR.glob("*.json")) if CONFIGS_DIR.is_dir() else []
+    raise ConfigError(f"--preset={name_or_path}: no such file; known presets: {', '.join(known)}")
+
+
+def _coerce(flag: Flag, value: Any) -> Any:
+    if value is None:
+        return None
+    try:
+        if flag.type is bool:
+            return str2bool(value) if isinstance(value, str) else bool(value)
+        if flag.type is list:
+            return [int(x) for x in value]
+        if flag.type is int and isinstance(value, float) and not value.is_integer():
+            raise ValueError
+        return flag.type(value)
+    except (TypeError, ValueError, argparse.ArgumentTypeError) as e:
+        raise ConfigError(f"--{flag.name}={value!r}: expected {flag.type.__name__}") from e
+
+
+def parse_cfg(argv: Optional[list[str]] = None, evaluation: bool = False,
+              extra_flags: Iterable[Flag] = ()) -> Cfg:
+    """Parse command-line style arguments into a validated Cfg.
+
+    `evaluation` skips training-only checks (used by enjoy/match scripts).
+    """
+    from rl_pbt.envs.registry import env_extra_flags, env_default_overrides  # avoid cycle
+
+    argv = list(argv) if argv is not None else None
+    extra_flags = list(extra_flags)
+    # Pass 1: find the env, to learn its own flags and defaults.
+    first = build_parser(FLAGS + extra_flags)
+    first_ns, _ = first.parse_known_args(argv)
+    env_name = getattr(first_ns, "env", None)
+    flags = FLAGS + extra_flags + (env_extra_flags(env_name) if env_name else [])
+    by_name = {f.name: f for f in flags}
+
+    parser = build_parser(flags)
+    ns = parser.parse_args(argv)
+    cli = vars(ns)
+
+    values: dict[str, Any] = {f.name: f.default for f in flags}
+    layers: list[tuple[str, dict[str, Any]]] = []
+    if env_name:
+        layers.append(("env defaults", env_default_overrides(env_name)))
+    preset_name = cli.get("preset")
+    if preset_name:
+        layers.append((f"preset {preset_name}", load_preset(preset_name)))
+    layers.append(("command line", cli))
+    for source, layer in layers:
+        for key, value in layer.items():
+            if key not in by_name:
+                raise ConfigError(f"unknown flag '{key}' in {source}")
+            values[key] = _coerce(by_name[key], value)
+
+    cfg = Cfg(values)
+    validate(cfg, flags, evaluation=evaluation)
+    return cfg
+
+
+def validate(cfg: Cfg, flags: Iterable[Flag] = FLAGS, evaluation: bool = False) -> None:
+    from rl_pbt.envs.registry import is_known_env, known_envs_message
+
+    for flag in flags:
+        value = getattr(cfg, flag.name)
+        if value is None:
+            continue
+        if flag.choices is not None and value not in flag.choices:
+            raise ConfigError(f"--{flag.name}={value!r}: allowed values are {list(flag.choices)}")
+        if flag.check is not None:
+            problem = flag.check(value)
+            if problem:
+                raise ConfigError(f"--{flag.name}={value!r}: {problem}")
+
+    if cfg.env is None:
+        raise ConfigError("--env is required: " + known_envs_message())
+    if not is_known_env(cfg.env):
+        raise ConfigError(f"--env={cfg.env!r}: unknown env; " + known_envs_message(cfg.env))
+    if evaluation:
+        return
+    if cfg.num_envs_per_worker % cfg.worker_num_splits != 0:
+        raise ConfigError(
+            f"--num_envs_per_worker={cfg.num_envs_per_worker} must be a multiple of "
+            f"--worker_num_splits={cfg.worker_num_splits}")
+    if cfg.batch_size % cfg.rollout != 0:
+        raise ConfigError(f"--batch_size={cfg.batch_size} must be a multiple of "
+                          f"--rollout={cfg.rollout} (minibatches hold whole trajectories)")
+    if cfg.use_rnn:
+        rec = recurrence(cfg)
+        if cfg.rollout % rec != 0:
+            raise ConfigError(f"--recurrence={cfg.recurrence} must divide --rollout={cfg.rollout}")
+    if cfg.pbt_perturb_max < cfg.pbt_perturb_min:
+        raise ConfigError(f"--pbt_perturb_max={cfg.pbt_perturb_max} must be >= "
+                          f"--pbt_perturb_min={cfg.pbt_perturb_min}")
+    if cfg.with_pbt and cfg.num_policies < 2:
+        raise ConfigError(f"--with_pbt needs a population: --num_policies={cfg.num_policies} "
+                          f"must be >= 2")
+    if cfg.pbt_search_space and not os.path.isfile(cfg.pbt_search_space):
+        raise ConfigError(f"--pbt_search_space={cfg.pbt_search_space!r}: no such file")
+
+
+def recurrence(cfg: Cfg) -> int:
+    if not cfg.use_rnn:
+        return 1
+    return cfg.rollout if cfg.recurrence == -1 else cfg.recurrence
+
+
+def experiment_dir(cfg: Cfg) -> str:
+    return os.path.join(cfg.train_dir, cfg.experiment)
+
+
+def save_cfg(cfg: Cfg, path: str) -> None:
+    from rl_pbt.logging.files import atomic_write_json
+
+    atomic_write_json(path, cfg.to_dict())
+
+
+def load_cfg(path: str) -> Cfg:
+    with open(path) as f:
+        return Cfg(json.load(f))

@@ -1,0 +1,1 @@
+"""Env registry, the interfaces envs may implement, and the wrappers the sampler relies on."""

@@ -1,0 +1,98 @@
+"""Env registry: names -> factories, with env-specific flags and default overrides.
+
+Any gymnasium id also works as an env name. Factories are module-level functions so that
+spawned processes can re-create envs; `envs/` integrations register themselves on import.
+"""
+
+from __future__ import annotations
+
+import difflib
+from dataclasses import dataclass, field
+from typing import Any, Callable, Optional
+
+from rl_pbt.config.flags import Flag
+
+MakeEnvFunc = Callable[..., Any]  # (full_env_name, cfg, env_config, render_mode=None) -> env
+
+
+@dataclass
+class EnvEntry:
+    name: str
+    make_env: MakeEnvFunc
+    extra_flags: list[Flag] = field(default_factory=list)
+    default_overrides: dict[str, Any] = field(default_factory=dict)
+
+
+_REGISTRY: dict[str, EnvEntry] = {}
+
+
+def register_env(name: str, make_env_func: MakeEnvFunc, *, extra_flags: Optional[list[Flag]] = None,
+                 default_overrides: Optional[dict[str, Any]] = None,
+                 overwrite: bool = True) -> None:
+    """Register `make_env_func(full_env_name, cfg, env_config, render_mode=None)` as `name`.
+
+    `extra_flags` adds env-specific command-line flags; `default_overrides` changes flag
+    defaults for this env (the command line still wins). Re-registering a name replaces it
+    unless `overwrite=False`.
+    """
+    if not callable(make_env_func):
+        raise TypeError(f"register_env({name!r}): make_env_func must be callable")
+    if name in _REGISTRY and not overwrite:
+        raise ValueError(f"env {name!r} is already registered")
+    _REGISTRY[name] = EnvEntry(name, make_env_func, list(extra_flags or []),
+                               dict(default_overrides or {}))
+
+
+def registered_envs() -> list[str]:
+    return sorted(_REGISTRY)
+
+
+def _gym_ids() -> list[str]:
+    import gymnasium
+
+    return list(gymnasium.envs.registry.keys())
+
+
+def is_known_env(name: str) -> bool:
+    return name in _REGISTRY or name in _gym_ids()
+
+
+def known_envs_message(name: Optional[str] = None) -> str:
+    ours = registered_envs()
+    msg = f"registered envs: {', '.join(ours) if ours else '(none)'}; or any gymnasium id"
+    if name:
+        close = difflib.get_close_matches(name, ours + _gym_ids(), n=3)
+        if close:
+            msg += f" (did you mean {', '.join(close)}?)"
+    return msg
+
+
+def env_extra_flags(name: str) -> list[Flag]:
+    entry = _REGISTRY.get(name)
+    return list(entry.extra_flags) if entry else []
+
+
+def env_default_overrides(name: str) -> dict[str, Any]:
+    entry = _REGISTRY.get(name)
+    return dict(entry.default_overrides) if entry else {}
+
+
+def registry_snapshot() -> dict[str, EnvEntry]:
+    """Copy of the registry, handed to child processes so user-registered envs exist there."""
+    return dict(_REGISTRY)
+
+
+def restore_registry(snapshot: dict[str, EnvEntry]) -> None:
+    _REGISTRY.update(snapshot)
+
+
+def make_env(name: str, cfg: Any, env_config: dict, render_mode: Optional[str] = None) -> Any:
+    """Create one env instance: a registered factory, else `gymnasium.make(name)`."""
+    entry = _REGISTRY.get(name)
+    if entry is not None:
+        return entry.make_env(name, cfg, env_config, render_mode=render_mode)
+    if name in _gym_ids():
+        import gymnasium
+
+        return gymnasium.make(name, render_mode=render_mode)
+    raise ValueError(f"unknown env {name!r}; " + known_envs_message(name))

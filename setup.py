@@ -1,0 +1,29 @@
+from setuptools import find_packages, setup
+
+setup(
+    name="rl_pbt",
+    version="0.1.0",
+    description="Single-machine multi-GPU APPO trainer with Population Based Training and self-play",
+    packages=find_packages(include=["rl_pbt*", "envs*", "launch*"]),
+    python_requires=">=3.9",
+    install_requires=[
+        "torch>=2.1",
+        "gymnasium>=0.29",
+        "numpy>=1.23",
+        "faster-fifo>=1.4.5",
+        "tensorboardX>=2.6",
+    ],
+    extras_require={
+        "doom": ["vizdoom>=1.2.3"],
+        "test": ["pytest>=7", "ruff>=0.5"],
+        "bench": ["psutil>=5.9"],
+        "pettingzoo": ["pettingzoo>=1.24"],
+    },
+    entry_points={
+        "console_scripts": [
+            "rl-pbt-train=launch.train:main",
+            "rl-pbt-enjoy=launch.enjoy:main",
+            "rl-pbt-match=launch.match:main",
+        ]
+    },
+)
