@@ -109,7 +109,7 @@ def parse_cfg(argv: Optional[list[str]] = None, evaluation: bool = False,
 
     `evaluation` skips training-only checks (used by enjoy/match scripts).
     """
-    from rl_pbt.envs.registry import env_extra_flags, env_default_overrides  # avoid cycle
+    from rl_pbt.envs.registry import env_default_overrides, env_extra_flags  # avoid cycle
 
     argv = list(argv) if argv is not None else None
     extra_flags = list(extra_flags)

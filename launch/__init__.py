@@ -1,0 +1,1 @@
+"""Entry points: train, enjoy, match, replay, report."""

@@ -1,0 +1,144 @@
+"""Hosts learners and answers their messages; one host per learner process (one policy
+each), or one host with every policy in serial mode.
+
+Collaborators: Learner (the work), the runner (commands in, reports out), other learner
+processes (PBT state transfers are forwarded straight to the target's queue).
+"""
+
+from __future__ import annotations
+
+import time
+import traceback
+from typing import Optional
+
+import torch
+
+from rl_pbt.learning.learner import Learner
+from rl_pbt.memory.param_store import flatten_state
+from rl_pbt.runtime import heartbeat as hb
+from rl_pbt.runtime.messages import (
+    ApplyPBT,
+    ExportState,
+    LearnerEvent,
+    LearnerReport,
+    PublishSnapshot,
+    SaveCheckpoint,
+    Stop,
+    Trajectories,
+    drain,
+)
+
+
+class LearnerHost:
+    def __init__(self, learners: dict[int, Learner], in_queue, learner_queues: list,
+                 report_queue, heartbeats: Optional[hb.Heartbeats] = None,
+                 hb_index: Optional[dict[int, int]] = None):
+        self.learners = learners
+        self.in_queue = in_queue
+        self.learner_queues = learner_queues
+        self.report_queue = report_queue
+        self.heartbeats = heartbeats
+        self.hb_index = hb_index or {}
+        self.stopped = False
+
+    def _beat(self, activity: int, policy: Optional[int] = None) -> None:
+        if self.heartbeats is None:
+            return
+        for p, idx in self.hb_index.items():
+            if policy is None or p == policy:
+                self.heartbeats.beat(idx, activity, p)
+
+    def start(self, resume: bool) -> None:
+        for p, learner in self.learners.items():
+            if resume and learner.load_latest():
+                self.report_queue.put(LearnerEvent(p, "loaded", f"resumed at version "
+                                                   f"{learner.version}, {learner.env_steps} "
+                                                   f"env steps"))
+            learner.publish()
+            self.report(p)
+
+    def report(self, p: int) -> None:
+        lr = self.learners[p]
+        self.report_queue.put(LearnerReport(p, lr.env_steps, lr.version, dict(lr.stats)))
+
+    def handle(self, msg) -> None:
+        if isinstance(msg, Trajectories):
+            self.learners[msg.policy_id].add(msg.slots)
+        elif isinstance(msg, ExportState):
+            self._beat(hb.PBT, msg.policy_id)
+            self.learners[msg.policy_id].export_state()
+            self.learner_queues[msg.then.policy_id].put(msg.then)
+        elif isinstance(msg, ApplyPBT):
+            self._beat(hb.PBT, msg.policy_id)
+            learner = self.learners[msg.policy_id]
+            if msg.source_id is not None:
+                learner.import_state(msg.source_id)
+            learner.set_hparams(msg.hparams)  # after the copy: the copy must not overwrite them
+            learner.publish()
+            self.report_queue.put(LearnerEvent(msg.policy_id, "pbt_applied",
+                                               f"source={msg.source_id}",
+                                               {"version": learner.version}))
+        elif isinstance(msg, PublishSnapshot):
+            learner = self.learners[msg.policy_id]
+            params = learner.params
+            params.seq[msg.row] += 1
+            flatten_state(learner.model, params.flat[msg.row])
+            params.version[msg.row] = learner.version
+            params.seq[msg.row] += 1
+        elif isinstance(msg, SaveCheckpoint):
+            for p, learner in self.learners.items():
+                if msg.policy_id is None or msg.policy_id == p:
+                    self._beat(hb.SAVING, p)
+                    learner.save()
+        elif isinstance(msg, Stop):
+            if msg.save:
+                for p, learner in self.learners.items():
+                    self._beat(hb.SAVING, p)
+                    learner.save()
+            self.stopped = True
+        else:
+            raise TypeError(f"learner got an unexpected message {msg!r}")
+
+    def poll(self, timeout: float) -> bool:
+        """Handle waiting messages, train whoever has a full batch. True if anything trained."""
+        self._beat(hb.WAIT_DATA)
+        for msg in drain(self.in_queue, timeout=timeout):
+            self.handle(msg)
+            if self.stopped:
+                return False
+        trained = False
+        for p, learner in self.learners.items():
+            if learner.ready():
+                self._beat(hb.TRAINING, p)
+                learner.train_if_ready()
+                self.report(p)
+                trained = True
+            if learner.maybe_save():
+                self._beat(hb.SAVING, p)
+        return trained
+
+
+def learner_process_main(make_learner, policy_id: int, in_queue, learner_queues, report_queue,
+                         heartbeats, hb_idx: int, resume: bool, registry_snapshot) -> None:
+    torch.set_num_threads(1)
+    from rl_pbt.envs.registry import restore_registry
+
+    restore_registry(registry_snapshot)
+    host = None
+    try:
+        heartbeats.beat(hb_idx, hb.STARTING, policy_id)
+        learner = make_learner(policy_id)
+        host = LearnerHost({policy_id: learner}, in_queue, learner_queues, report_queue,
+                           heartbeats, {policy_id: hb_idx})
+        host.start(resume)
+        while not host.stopped:
+            host.poll(timeout=0.05)
+    except KeyboardInterrupt:
+        if host is not None:
+            host.handle(Stop(save=True))
+    except Exception:
+        report_queue.put(LearnerEvent(policy_id, "error", traceback.format_exc()))
+        time.sleep(0.5)
+        raise
+    finally:
+        heartbeats.beat(hb_idx, hb.STOPPED, policy_id)

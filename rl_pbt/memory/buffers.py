@@ -1,0 +1,109 @@
+"""Shared-memory trajectory slots, the only path bulk data takes between processes.
+
+Each slot holds one agent's `rollout` steps. A slot has exactly one owner at a time
+(free pool -> rollout worker -> learner queue -> learner -> free pool); `owner` records it
+and every hand-over checks it. Fresh buffers hold sentinels (NaN, -1) so a read of data
+that was never written shows up in tests.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+
+from rl_pbt.models.action_dist import ActionSpec
+from rl_pbt.models.obs import ObsSpec, torch_dtype
+
+FREE, WORKER, QUEUED, LEARNER = 0, 1, 2, 3
+OWNER_NAMES = {FREE: "free pool", WORKER: "rollout worker", QUEUED: "learner queue",
+               LEARNER: "learner"}
+
+
+class SlotOwnershipError(RuntimeError):
+    pass
+
+
+@dataclass
+class TrajectoryBuffers:
+    """Tensors of shape [num_slots, T(+1), ...] in shared memory, plus numpy views of them."""
+
+    num_slots: int
+    rollout: int
+    obs: dict[str, torch.Tensor]
+    actions: torch.Tensor
+    log_probs: torch.Tensor
+    values: torch.Tensor  # [S, T+1]: raw values, the last one bootstraps
+    rewards: torch.Tensor
+    dones: torch.Tensor
+    valid: torch.Tensor
+    policy_id: torch.Tensor
+    policy_version: torch.Tensor
+    rnn_states: torch.Tensor  # [S, T // recurrence, H] (H = 0 without an RNN)
+    owner: torch.Tensor  # [S] int8
+
+    @classmethod
+    def allocate(cls, num_slots: int, rollout: int, obs_spec: ObsSpec, act: ActionSpec,
+                 rnn_size: int, recurrence: int) -> TrajectoryBuffers:
+        def shared(shape, dtype, fill):
+            return torch.full(shape, fill, dtype=dtype).share_memory_()
+
+        s, t = num_slots, rollout
+        obs = {}
+        for key, shape, dtype in obs_spec.items():
+            tdt = torch_dtype(dtype)
+            obs[key] = shared((s, t + 1, *shape), tdt, 255 if tdt == torch.uint8 else float("nan"))
+        act_fill = -1 if act.dtype == torch.int64 else float("nan")
+        return cls(
+            num_slots=s, rollout=t, obs=obs,
+            actions=shared((s, t, act.dim), act.dtype, act_fill),
+            log_probs=shared((s, t), torch.float32, float("nan")),
+            values=shared((s, t + 1), torch.float32, float("nan")),
+            rewards=shared((s, t), torch.float32, float("nan")),
+            dones=shared((s, t), torch.float32, float("nan")),
+            valid=shared((s, t), torch.bool, False),
+            policy_id=shared((s, t), torch.int16, -1),
+            policy_version=shared((s, t), torch.int64, -1),
+            rnn_states=shared((s, t // max(recurrence, 1), rnn_size), torch.float32,
+                              float("nan")),
+            owner=shared((s,), torch.int8, FREE),
+        )
+
+    def numpy_views(self) -> dict[str, np.ndarray]:
+        """Numpy arrays sharing the same memory (fast small writes in the rollout loop)."""
+        views = {f"obs.{k}": v.numpy() for k, v in self.obs.items()}
+        for name in ("actions", "log_probs", "values", "rewards", "dones", "valid",
+                     "policy_id", "policy_version", "rnn_states", "owner"):
+            views[name] = getattr(self, name).numpy()
+        return views
+
+    def transfer(self, slots, expected: int, new: int) -> None:
+        """Hand slots from owner `expected` to owner `new`, refusing double ownership."""
+        owner = self.owner.numpy()
+        idx = np.asarray(slots, dtype=np.int64)
+        wrong = idx[owner[idx] != expected]
+        if wrong.size:
+            slot = int(wrong[0])
+            raise SlotOwnershipError(
+                f"trajectory slot {slot} is owned by the {OWNER_NAMES[int(owner[slot])]}, "
+                f"expected the {OWNER_NAMES[expected]} (hand-over to the {OWNER_NAMES[new]})")
+        owner[idx] = new
+
+    def gather(self, slots: list[int], device: torch.device | str) -> dict[str, torch.Tensor]:
+        """Copy the given slots out of shared memory (after this they can be freed)."""
+        idx = torch.as_tensor(slots, dtype=torch.long)
+        out = {f"obs.{k}": v.index_select(0, idx) for k, v in self.obs.items()}
+        for name in ("actions", "log_probs", "values", "rewards", "dones", "valid",
+                     "policy_id", "policy_version", "rnn_states"):
+            out[name] = getattr(self, name).index_select(0, idx)
+        if str(device) != "cpu":
+            out = {k: v.to(device, non_blocking=True) for k, v in out.items()}
+        return out
+
+
+def num_slots_needed(num_actors_total: int, num_policies: int, trajectories_per_iteration: int
+                     ) -> int:
+    """Enough slots that every actor holds one while every learner gathers a full iteration,
+    plus one spare per actor so sampling can run ahead of learning."""
+    return 2 * num_actors_total + num_policies * trajectories_per_iteration + 1

@@ -1,0 +1,73 @@
+"""Per-policy parameter store in shared memory: learners publish, rollout workers read.
+
+A sequence counter guards each store (odd while a write is in progress), so a reader never
+sees half-written weights. The transfer area holds a learner's whole state (weights,
+normalisers, optimiser moments) for in-memory PBT copies between learner processes.
+"""
+
+from __future__ import annotations
+
+import time
+
+import torch
+from torch import nn
+
+
+def flat_state_size(model: nn.Module) -> int:
+    return sum(t.numel() for t in model.state_dict().values())
+
+
+def flatten_state(model: nn.Module, out: torch.Tensor) -> None:
+    offset = 0
+    for t in model.state_dict().values():
+        n = t.numel()
+        out[offset:offset + n].copy_(t.reshape(-1))
+        offset += n
+
+
+def unflatten_state(model: nn.Module, flat: torch.Tensor) -> None:
+    offset = 0
+    with torch.no_grad():
+        for t in model.state_dict().values():
+            n = t.numel()
+            t.copy_(flat[offset:offset + n].view_as(t))
+            offset += n
+
+
+class ParamStore:
+    """Weights of every policy: `flat[p]` holds the model's state dict as one float64 vector
+    (float64 so normaliser statistics round-trip exactly)."""
+
+    def __init__(self, num_policies: int, state_size: int, transfer_size: int):
+        self.flat = torch.zeros(num_policies, state_size, dtype=torch.float64).share_memory_()
+        self.seq = torch.zeros(num_policies, dtype=torch.int64).share_memory_()
+        self.version = torch.zeros(num_policies, dtype=torch.int64).share_memory_()
+        self.transfer = torch.zeros(num_policies, transfer_size,
+                                    dtype=torch.float64).share_memory_()
+        self.transfer_seq = torch.zeros(num_policies, dtype=torch.int64).share_memory_()
+
+    def publish(self, policy_id: int, model: nn.Module, version: int) -> None:
+        self.seq[policy_id] += 1  # odd: write in progress
+        flatten_state(model, self.flat[policy_id])
+        self.version[policy_id] = version
+        self.seq[policy_id] += 1
+
+    def read_into(self, policy_id: int, model: nn.Module, timeout: float = 5.0) -> int:
+        """Copy the latest weights of `policy_id` into `model`; returns their version."""
+        deadline = time.monotonic() + timeout
+        buf = torch.empty_like(self.flat[policy_id])
+        while True:
+            before = int(self.seq[policy_id])
+            if before % 2 == 0:
+                buf.copy_(self.flat[policy_id])
+                version = int(self.version[policy_id])
+                if int(self.seq[policy_id]) == before:
+                    unflatten_state(model, buf)
+                    return version
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"weights of policy {policy_id} stayed mid-write for "
+                                   f"{timeout} s")
+            time.sleep(0.0005)
+
+    def current_version(self, policy_id: int) -> int:
+        return int(self.version[policy_id])

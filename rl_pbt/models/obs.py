@@ -1,0 +1,61 @@
+"""Observation layout: every observation is handled as a dict of named arrays.
+
+A plain Box space becomes {"obs": ...}; a Dict space keeps its keys. `ObsSpec` tells the
+shared-memory buffers what to allocate and the model which keys are images.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import gymnasium as gym
+import numpy as np
+import torch
+
+
+@dataclass(frozen=True)
+class ObsSpec:
+    keys: tuple[str, ...]
+    shapes: tuple[tuple[int, ...], ...]
+    dtypes: tuple[np.dtype, ...]
+
+    def items(self):
+        return zip(self.keys, self.shapes, self.dtypes)
+
+    def is_image(self, key: str) -> bool:
+        return len(self.shapes[self.keys.index(key)]) == 3
+
+
+def obs_spec(space: gym.Space) -> ObsSpec:
+    if isinstance(space, gym.spaces.Dict):
+        subspaces = list(space.spaces.items())
+    elif isinstance(space, gym.spaces.Box):
+        subspaces = [("obs", space)]
+    elif isinstance(space, gym.spaces.Discrete):
+        subspaces = [("obs", gym.spaces.Box(0, 1, (int(space.n),), np.float32))]
+    else:
+        raise ValueError(f"unsupported observation space {space}: use Box, Discrete or a Dict "
+                         f"of Boxes")
+    keys, shapes, dtypes = [], [], []
+    for key, sub in subspaces:
+        if not isinstance(sub, gym.spaces.Box):
+            raise ValueError(f"observation key {key!r}: only Box subspaces are supported, got "
+                             f"{sub}")
+        keys.append(key)
+        shapes.append(tuple(int(x) for x in sub.shape))
+        dtypes.append(np.dtype(np.uint8) if sub.dtype == np.uint8 else np.dtype(np.float32))
+    return ObsSpec(tuple(keys), tuple(shapes), tuple(dtypes))
+
+
+def obs_to_dict(space: gym.Space, obs) -> dict:
+    if isinstance(space, gym.spaces.Dict):
+        return obs
+    if isinstance(space, gym.spaces.Discrete):
+        one_hot = np.zeros(int(space.n), np.float32)
+        one_hot[int(obs)] = 1.0
+        return {"obs": one_hot}
+    return {"obs": obs}
+
+
+def torch_dtype(dtype: np.dtype) -> torch.dtype:
+    return torch.uint8 if dtype == np.uint8 else torch.float32

@@ -1,0 +1,302 @@
+"""PBT manager: decides when each policy is updated and applies exploit.py and explore.py.
+
+Owned by the runner (main process); writes policy files, the lineage log (lineage.py) and
+{exp_dir}/pbt/state.json, from which it resumes.
+"""
+
+from __future__ import annotations
+
+import copy
+import logging
+import math
+import os
+from collections import deque
+from dataclasses import dataclass, replace
+from typing import Any, Optional
+
+import numpy as np
+
+from rl_pbt.logging.files import (
+    atomic_write_json,
+    pbt_dir,
+    policy_cfg_path,
+    policy_shaping_path,
+    read_json,
+)
+from rl_pbt.pbt.exploit import ExploitSettings, choose_source
+from rl_pbt.pbt.explore import ExploreSettings, explore
+from rl_pbt.pbt.lineage import append_event, lineage_path, make_event
+from rl_pbt.pbt.search_space import (
+    build_search_space,
+    diff_values,
+    flatten_shaping,
+    fmt_value,
+    is_shaping_key,
+    load_search_space_file,
+    unflatten_shaping,
+)
+
+log = logging.getLogger(__name__)
+
+STATE_FILE = "state.json"
+STATE_VERSION = 1
+
+
+@dataclass
+class PBTDecision:
+    policy_id: int
+    source_id: Optional[int]  # copy weights+optimiser+normaliser+hparams+shaping first, or None
+    hparams: dict[str, float]  # the complete new learning hyperparameters, applied AFTER a copy
+    shaping: Optional[dict]  # the complete new nested reward shaping, or None without shaping
+    log_line: str
+
+
+def _plain(v: Any) -> Any:
+    """numpy scalars to Python ones, so every value is JSON friendly."""
+    return v.item() if isinstance(v, np.generic) else v
+
+
+class PBTManager:
+    """Population state and the PBT loop. See update() for when a policy gets a decision.
+
+    Decisions of one update() must be applied in list order: a later decision may copy from a
+    policy that an earlier one just changed.
+    """
+
+    def __init__(
+        self,
+        cfg: Any,
+        num_policies: int,
+        default_hparams: dict[str, float],
+        default_shaping: Optional[dict],
+        exp_dir: str,
+        seed: Optional[int] = None,
+    ):
+        if num_policies < 1:
+            raise ValueError(f"PBT needs at least one policy, got num_policies={num_policies}")
+        self.cfg = cfg
+        self.num_policies = num_policies
+        self.exp_dir = exp_dir
+        self.shaping_template = copy.deepcopy(default_shaping)
+        self.elo = getattr(cfg, "pbt_target_objective", "true_objective") == "elo"
+        self.exploit_settings = ExploitSettings.from_cfg(cfg)
+        if self.elo and self.exploit_settings.strategy == "ttest":
+            log.warning(
+                "PBT: the t-test needs episode objectives, not ratings; ranking on Elo "
+                "ratings uses the tournament exploit instead"
+            )
+            self.exploit_settings = replace(self.exploit_settings, strategy="tournament")
+        self.explore_settings = ExploreSettings.from_cfg(cfg)
+        self.window = int(getattr(cfg, "pbt_objective_window", 100))
+        self.period = int(cfg.pbt_period_env_steps)
+        self.start = int(cfg.pbt_start_mutation)
+        self.mutate_reference = bool(getattr(cfg, "pbt_mutate_reference_policy", False))
+
+        base_shaping = flatten_shaping(default_shaping) if default_shaping is not None else None
+        base_hparams = {k: _plain(v) for k, v in default_hparams.items()}
+        overrides = load_search_space_file(getattr(cfg, "pbt_search_space", None))
+        if getattr(cfg, "pbt_optimize_gamma", False) and "gamma" not in base_hparams:
+            base_hparams["gamma"] = float(cfg.gamma)
+        for name, spec in overrides.items():  # extra learning parameters named by the file
+            if is_shaping_key(name) or name in base_hparams:
+                continue
+            value = getattr(cfg, name, None) if spec.default is None else spec.default
+            if value is None:
+                raise ValueError(
+                    f"search space entry {name!r}: no starting value (not a passed "
+                    f"hyperparameter nor a flag; give it a 'default')"
+                )
+            base_hparams[name] = _plain(value)
+        self.space, notes = build_search_space(
+            base_hparams, base_shaping, bool(getattr(cfg, "pbt_optimize_gamma", False)), overrides
+        )
+        for note in notes:
+            log.info("PBT search space: %s", note)
+
+        self.hparams: list[dict[str, Any]] = []
+        self._shaping_flat: list[Optional[dict[str, float]]] = []
+        self.shaping: list[Optional[dict]] = []
+        self.last_update: list[Optional[int]] = []
+        self._windows: list[deque] = []
+        self.rng = np.random.default_rng(seed if seed is not None else getattr(cfg, "seed", None))
+
+        if os.path.isfile(self.state_path):
+            self._restore(read_json(self.state_path))
+            self._write_policy_files(range(num_policies))
+        else:
+            for _ in range(num_policies):
+                self.hparams.append(dict(base_hparams))
+                self._shaping_flat.append(None if base_shaping is None else dict(base_shaping))
+                self.last_update.append(None)
+                self._windows.append(deque(maxlen=self.window))
+            self._refresh_shaping()
+            self._write_policy_files(range(num_policies))
+            for p in range(num_policies):
+                values = self._values(p)
+                append_event(
+                    self.lineage_path,
+                    make_event(p, "init", 0, {k: [None, v] for k, v in values.items()}),
+                )
+            self.save()
+
+    # ------------------------------------------------------------ paths and persistence
+
+    @property
+    def state_path(self) -> str:
+        return os.path.join(pbt_dir(self.exp_dir), STATE_FILE)
+
+    @property
+    def lineage_path(self) -> str:
+        return lineage_path(self.exp_dir)
+
+    def save(self) -> None:
+        """Write {exp_dir}/pbt/state.json atomically (values, last updates, windows, rng)."""
+        atomic_write_json(
+            self.state_path,
+            {
+                "version": STATE_VERSION,
+                "num_policies": self.num_policies,
+                "hparams": self.hparams,
+                "shaping_flat": self._shaping_flat,
+                "last_update": self.last_update,
+                "windows": [list(w) for w in self._windows],
+                "rng": self.rng.bit_generator.state,
+            },
+        )
+
+    def _restore(self, state: dict) -> None:
+        if state.get("num_policies") != self.num_policies:
+            raise ValueError(
+                f"{self.state_path} holds PBT state for {state.get('num_policies')} policies, "
+                f"this run has {self.num_policies}; use a new experiment or restart_behavior"
+            )
+        self.hparams = [dict(h) for h in state["hparams"]]
+        self._shaping_flat = [None if s is None else dict(s) for s in state["shaping_flat"]]
+        if self.shaping_template is None:
+            self._shaping_flat = [None] * self.num_policies
+        self.last_update = [None if v is None else int(v) for v in state["last_update"]]
+        self._windows = [deque(w, maxlen=self.window) for w in state["windows"]]
+        self.rng.bit_generator.state = state["rng"]
+        self._refresh_shaping()
+
+    def _refresh_shaping(self) -> None:
+        self.shaping = [
+            None if flat is None else unflatten_shaping(flat, self.shaping_template)
+            for flat in self._shaping_flat
+        ]
+
+    def _write_policy_files(self, policies) -> None:
+        for p in policies:
+            atomic_write_json(policy_cfg_path(self.exp_dir, p), self.hparams[p])
+            if self.shaping[p] is not None:
+                atomic_write_json(policy_shaping_path(self.exp_dir, p), self.shaping[p])
+
+    def _values(self, p: int) -> dict[str, Any]:
+        return {**self.hparams[p], **(self._shaping_flat[p] or {})}
+
+    # ------------------------------------------------------------ objectives
+
+    def record_episode(self, policy_id: int, objective: float) -> None:
+        """Add one finished episode's objective to the policy's window (non-finite ignored)."""
+        value = float(objective)
+        if math.isfinite(value):
+            self._windows[policy_id].append(value)
+
+    def objectives(self) -> dict[int, Optional[float]]:
+        """Mean objective over each policy's window; None where it has no episodes."""
+        return {p: (float(np.mean(w)) if len(w) else None) for p, w in enumerate(self._windows)}
+
+    # ------------------------------------------------------------ the PBT step
+
+    def update(
+        self, env_steps: list[int], ratings: Optional[list[float]] = None
+    ) -> list[PBTDecision]:
+        """Decisions for every policy that is due, in the order they must be applied.
+
+        Due: env_steps[p] - last_update[p] >= pbt_period_env_steps and the whole population is
+        past pbt_start_mutation. The first call of a fresh run only records each policy's
+        starting point. Only policies whose weights or values change get a decision; every due
+        policy's last update moves to its current env steps.
+        """
+        if len(env_steps) != self.num_policies:
+            raise ValueError(
+                f"update() got {len(env_steps)} env step counts for {self.num_policies} policies"
+            )
+        if self.elo and (ratings is None or len(ratings) != self.num_policies):
+            raise ValueError("pbt_target_objective='elo' needs one rating per policy")
+        steps = [int(s) for s in env_steps]
+        changed = False
+        for p, s in enumerate(steps):
+            if self.last_update[p] is None:
+                self.last_update[p] = s
+                changed = True
+        if min(steps) < self.start:
+            if changed:
+                self.save()
+            return []
+        due = [p for p in range(self.num_policies) if steps[p] - self.last_update[p] >= self.period]
+        decisions = []
+        for p in due:
+            decision = self._update_policy(p, steps[p], ratings)
+            self.last_update[p] = steps[p]
+            if decision is not None:
+                decisions.append(decision)
+        if due or changed:
+            self.save()
+        return decisions
+
+    def _table(self, ratings: Optional[list[float]]) -> dict[int, list[float]]:
+        if self.elo:
+            return {p: [float(r)] for p, r in enumerate(ratings)}
+        return {p: list(w) for p, w in enumerate(self._windows)}
+
+    def _update_policy(
+        self, p: int, steps: int, ratings: Optional[list[float]]
+    ) -> Optional[PBTDecision]:
+        if p == 0 and not self.mutate_reference:
+            return None  # the reference policy keeps its values and weights
+        table = self._table(ratings)
+        means = {q: (float(np.mean(v)) if v else None) for q, v in table.items()}
+        result = choose_source(p, table, self.exploit_settings, self.rng)
+        src = result.source
+
+        old = self._values(p)
+        base_h = dict(self.hparams[src if src is not None else p])
+        flat_src = self._shaping_flat[src if src is not None else p]
+        base_s = None if flat_src is None else dict(flat_src)
+        ops: list[str] = []
+        values = {**base_h, **(base_s or {})}
+        if result.explore:
+            values, ops = explore(values, self.space, self.rng, self.explore_settings)
+        new_h = {k: _plain(values[k]) for k in base_h}
+        new_s = None if base_s is None else {k: _plain(values[k]) for k in base_s}
+        changes = diff_values(old, {**new_h, **(new_s or {})})
+        if src is None and not changes:
+            return None
+
+        self.hparams[p] = new_h
+        self._shaping_flat[p] = new_s
+        self._refresh_shaping()
+        if src is not None:
+            self._windows[p].clear()  # the copied weights start a fresh objective record
+        self._write_policy_files([p])
+        append_event(
+            self.lineage_path,
+            make_event(
+                p,
+                "replace" if src is not None else "mutate",
+                steps,
+                changes,
+                source=src,
+                objectives=means,
+                reason=result.reason,
+            ),
+        )
+
+        own = means.get(p)
+        if src is not None:
+            head = f"PBT p{p} <- p{src} (obj {fmt_value(own)} vs {fmt_value(means.get(src))})"
+        else:
+            head = f"PBT p{p} mutate (obj {fmt_value(own) if own is not None else 'n/a'})"
+        line = f"{head}: {', '.join(ops)}" if ops else f"{head}: no mutation"
+        return PBTDecision(p, src, dict(new_h), copy.deepcopy(self.shaping[p]), line)

@@ -1,0 +1,57 @@
+"""Heartbeats: each component stamps the time and what it is doing into shared memory.
+
+The runner reads them to name a component that died or hangs, and what it was doing.
+"""
+
+from __future__ import annotations
+
+import time
+
+import torch
+
+ACTIVITIES = [
+    "starting", "stepping env {detail}", "running inference for policy {detail}",
+    "waiting for a free trajectory slot", "waiting for trajectories", "training",
+    "saving a checkpoint", "applying a PBT update", "stopped", "resetting env {detail}",
+]
+STARTING, STEPPING, INFERENCE, WAIT_SLOT, WAIT_DATA, TRAINING, SAVING, PBT, STOPPED, RESETTING = (
+    range(len(ACTIVITIES)))
+
+
+class Heartbeats:
+    def __init__(self, names: list[str]):
+        self.names = list(names)
+        n = len(names)
+        self.stamp = torch.zeros(n, dtype=torch.float64).share_memory_()
+        self.activity = torch.zeros(n, dtype=torch.int32).share_memory_()
+        self.detail = torch.zeros(n, dtype=torch.int32).share_memory_()
+        self._stamp_np = self.stamp.numpy()
+        self._act_np = self.activity.numpy()
+        self._det_np = self.detail.numpy()
+
+    def __getstate__(self):
+        return {"names": self.names, "stamp": self.stamp, "activity": self.activity,
+                "detail": self.detail}
+
+    def __setstate__(self, state):
+        self.__dict__.update(state)
+        self._stamp_np = self.stamp.numpy()
+        self._act_np = self.activity.numpy()
+        self._det_np = self.detail.numpy()
+
+    def beat(self, idx: int, activity: int, detail: int = 0) -> None:
+        self._stamp_np[idx] = time.time()
+        self._act_np[idx] = activity
+        self._det_np[idx] = detail
+
+    def describe(self, idx: int) -> str:
+        return ACTIVITIES[int(self._act_np[idx])].format(detail=int(self._det_np[idx]))
+
+    def silent_for(self, idx: int, now: float | None = None) -> float:
+        stamp = float(self._stamp_np[idx])
+        return 0.0 if stamp == 0.0 else (now or time.time()) - stamp
+
+    def stale(self, timeout: float) -> list[tuple[int, float]]:
+        now = time.time()
+        return [(i, self.silent_for(i, now)) for i in range(len(self.names))
+                if self._act_np[i] != STOPPED and self.silent_for(i, now) > timeout]

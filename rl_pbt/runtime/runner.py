@@ -1,0 +1,433 @@
+"""The runner: builds every component, starts them (processes, or one loop in serial mode),
+watches progress, drives PBT and self-play bookkeeping, and stops cleanly.
+
+This is where the training loop lives: `Runner.run()` -> `_loop()`; the per-sample work
+happens in RolloutWorker.step() and Learner.train_on().
+"""
+
+from __future__ import annotations
+
+import multiprocessing
+import os
+import shutil
+import sys
+import time
+from functools import partial
+
+import numpy as np
+import torch
+
+from rl_pbt.config.parse import Cfg, experiment_dir, recurrence, save_cfg
+from rl_pbt.envs.registry import make_env, registry_snapshot
+from rl_pbt.envs.wrappers import as_multiagent, reward_shaping_target
+from rl_pbt.learning.learner import Learner, default_hparams, transfer_size
+from rl_pbt.learning.learner_process import LearnerHost, learner_process_main
+from rl_pbt.logging.files import read_json
+from rl_pbt.logging.stats import PopulationStats
+from rl_pbt.memory.buffers import TrajectoryBuffers, num_slots_needed
+from rl_pbt.memory.param_store import ParamStore, flat_state_size
+from rl_pbt.memory.slots import SlotPool
+from rl_pbt.models.actor_critic import make_actor_critic
+from rl_pbt.runtime import heartbeat as hb
+from rl_pbt.runtime.devices import describe, device_map, visible_gpu_count
+from rl_pbt.runtime.messages import (
+    ApplyPBT,
+    ExportState,
+    LearnerEvent,
+    LearnerReport,
+    PublishSnapshot,
+    SetRatings,
+    SetRewardShaping,
+    SetSnapshots,
+    Stop,
+    WorkerReport,
+    drain,
+    make_queue,
+)
+from rl_pbt.sampling.elo import EloRatings, matches_from_episode
+from rl_pbt.sampling.matchmaking import SnapshotPool, make_matchmaker, snapshot_id
+from rl_pbt.sampling.rollout_worker import RolloutWorker
+from rl_pbt.sampling.worker_process import worker_process_main
+
+
+class ComponentFailure(RuntimeError):
+    pass
+
+
+def log(msg: str) -> None:
+    print(f"[{time.strftime('%H:%M:%S')}] {msg}", flush=True)
+
+
+def prepare_experiment_dir(cfg: Cfg) -> tuple[str, bool]:
+    """Apply --restart_behavior; returns (folder, resuming)."""
+    exp_dir = experiment_dir(cfg)
+    exists = os.path.isfile(os.path.join(exp_dir, "config.json"))
+    if exists and cfg.restart_behavior == "overwrite":
+        shutil.rmtree(exp_dir)
+        exists = False
+    elif exists and cfg.restart_behavior == "restart":
+        backup = f"{exp_dir}_old_{time.strftime('%Y%m%d_%H%M%S')}"
+        os.replace(exp_dir, backup)
+        log(f"--restart_behavior=restart: previous run moved to {backup}")
+        exists = False
+    os.makedirs(exp_dir, exist_ok=True)
+    return exp_dir, exists
+
+
+def _make_env_for(cfg: Cfg, env_config: dict):
+    return make_env(cfg.env, cfg, env_config)
+
+
+class Runner:
+    def __init__(self, cfg: Cfg):
+        self.cfg = cfg
+        self.exp_dir, self.resuming = prepare_experiment_dir(cfg)
+        save_cfg(cfg, os.path.join(self.exp_dir, "config.json"))
+        if cfg.seed is not None:
+            torch.manual_seed(cfg.seed)
+        self.num_policies = cfg.num_policies
+        num_gpus = 0 if cfg.serial_mode else visible_gpu_count(cfg.device)
+        self.device_of = device_map(cfg.num_policies, num_gpus, cfg.device)
+
+        probe = as_multiagent(make_env(cfg.env, cfg, {"worker_index": -1, "vector_index": 0,
+                                                      "env_id": -1}))
+        self.obs_space, self.action_space = probe.observation_space, probe.action_space
+        self.num_agents = int(probe.num_agents)
+        target = reward_shaping_target(probe)
+        self.default_shaping = target.get_default_reward_shaping() if target else None
+        probe.close()
+
+        template = self.make_model()
+        self.n_params = sum(p.numel() for p in template.parameters())
+        traj_per_iter = cfg.batch_size * cfg.num_batches_per_epoch // cfg.rollout
+        actors = cfg.num_workers * cfg.num_envs_per_worker * self.num_agents
+        self.buffers = TrajectoryBuffers.allocate(
+            num_slots_needed(actors, cfg.num_policies, traj_per_iter), cfg.rollout,
+            template.obs_spec, template.act_spec, template.rnn_size, recurrence(cfg))
+        self.use_snapshots = cfg.selfplay_snapshot_prob > 0 and self.num_agents > 1
+        rows = cfg.num_policies + (cfg.selfplay_snapshot_pool_size if self.use_snapshots else 0)
+        self.params = ParamStore(rows, flat_state_size(template), transfer_size(template))
+        self.free_queue = make_queue(cfg.serial_mode, max_size_bytes=4_000_000)
+        self.pool = SlotPool(self.buffers, self.free_queue)
+        self.pool.fill()
+
+        self.report_queue = make_queue(cfg.serial_mode, max_size_bytes=20_000_000)
+        self.learner_queues = [make_queue(cfg.serial_mode, max_size_bytes=8_000_000)
+                               for _ in range(cfg.num_policies)]
+        self.worker_queues = [make_queue(cfg.serial_mode) for _ in range(cfg.num_workers)]
+        names = ([f"rollout worker {i}" for i in range(cfg.num_workers)]
+                 + [f"learner {p}" for p in range(cfg.num_policies)])
+        self.heartbeats = hb.Heartbeats(names)
+        self.stop_flag = torch.zeros(1, dtype=torch.int32).share_memory_()
+
+        self.stats = PopulationStats(cfg, self.exp_dir, self.num_policies)
+        self.env_steps = [0] * cfg.num_policies
+        self.versions = [0] * cfg.num_policies
+        self.pbt = self._make_pbt()
+        self.elo = EloRatings.from_dict(read_json(self._elo_path(), {})) if os.path.isfile(
+            self._elo_path()) else EloRatings()
+        self.snapshots = SnapshotPool(cfg.selfplay_snapshot_pool_size)
+        self.snapshot_rows: dict[str, int] = {}
+        self.last_snapshot_steps = [0] * cfg.num_policies
+        self.processes: list = []
+        self.start_time = time.time()
+
+    # --- factories (picklable partials, so spawn works too) --------------------------------
+    def make_model(self):
+        return make_actor_critic(self.obs_space, self.action_space, self.cfg)
+
+    def _make_pbt(self):
+        if not self.cfg.with_pbt:
+            return None
+        from rl_pbt.pbt.manager import PBTManager
+
+        return PBTManager(self.cfg, self.num_policies, default_hparams(self.cfg),
+                          self.default_shaping, self.exp_dir, seed=self.cfg.seed)
+
+    def _elo_path(self) -> str:
+        return os.path.join(self.exp_dir, "elo.json")
+
+    # --- start ------------------------------------------------------------------------------
+    def _initial_messages(self) -> None:
+        """Current hyperparameters and shaping (from PBT state on resume) to every component."""
+        for p in range(self.num_policies):
+            if self.pbt is not None:
+                self.learner_queues[p].put(ApplyPBT(p, None, dict(self.pbt.hparams[p])))
+                shaping = self.pbt.shaping[p]
+            else:
+                shaping = self.default_shaping
+            if shaping is not None:
+                for q in self.worker_queues:
+                    q.put(SetRewardShaping(p, shaping))
+
+    def run(self) -> int:
+        cfg = self.cfg
+        log(f"experiment {self.exp_dir} ({'resuming' if self.resuming else 'new'}); "
+            f"{cfg.num_policies} policies on {describe(self.device_of)}; {self.n_params:,} "
+            f"parameters per policy; {self.buffers.num_slots} trajectory slots")
+        if cfg.with_pbt and self.default_shaping is not None:
+            log(f"PBT tunes reward shaping too: {self.default_shaping}")
+        try:
+            if cfg.serial_mode:
+                return self._run_serial()
+            return self._run_parallel()
+        finally:
+            self.stats.close()
+
+    def _worker_factory(self, worker_idx: int, should_stop, blocking: bool = True):
+        cfg = self.cfg
+        worker_snapshots: dict[str, int] = {}
+        ratings = EloRatings()
+        matchmaker = make_matchmaker(
+            cfg.matchmaking, cfg.num_policies, cfg.pbt_mix_policies_in_one_env,
+            cfg.selfplay_snapshot_prob if self.use_snapshots else 0.0, ratings=ratings,
+            pool=_LivePool(worker_snapshots))
+        worker = RolloutWorker(
+            cfg, worker_idx, partial(_make_env_for, cfg), self.make_model, self.buffers,
+            self.pool, self.params, self.learner_queues, self.report_queue, matchmaker,
+            self.heartbeats, worker_idx, should_stop, blocking=blocking)
+        worker.snapshot_store = worker_snapshots
+        worker.ratings = ratings
+        return worker
+
+    def _learner_factory(self, policy_id: int) -> Learner:
+        return Learner(self.cfg, policy_id, self.make_model(), self.buffers, self.pool,
+                       self.params, self.device_of[policy_id], self.exp_dir)
+
+    def _run_serial(self) -> int:
+        cfg = self.cfg
+        learners = {p: self._learner_factory(p) for p in range(self.num_policies)}
+        host = LearnerHost(learners, _MergedQueue(self.learner_queues), self.learner_queues,
+                           self.report_queue)
+        host.start(self.resuming)
+        self._initial_messages()
+        workers = [self._worker_factory(i, lambda: False, blocking=False)
+                   for i in range(cfg.num_workers)]
+        status = 0
+        try:
+            while True:
+                for w, worker in enumerate(workers):
+                    for msg in drain(self.worker_queues[w]):
+                        worker.handle(msg)
+                    worker.step()
+                while host.poll(timeout=0.0):
+                    pass
+                if self._tick():
+                    break
+        except KeyboardInterrupt:
+            log("interrupted: saving checkpoints")
+            status = 1
+        host.handle(Stop(save=True))
+        for worker in workers:
+            worker.close()
+        self._tick(final=True)
+        return status
+
+    def _run_parallel(self) -> int:
+        cfg = self.cfg
+        ctx = multiprocessing.get_context("fork" if sys.platform.startswith("linux") else "spawn")
+        snap = registry_snapshot()
+        for p in range(self.num_policies):
+            proc = ctx.Process(target=learner_process_main, name=f"learner_{p}", daemon=True,
+                               args=(self._learner_factory, p, self.learner_queues[p],
+                                     self.learner_queues, self.report_queue, self.heartbeats,
+                                     cfg.num_workers + p, self.resuming, snap))
+            proc.start()
+            self.processes.append(proc)
+        self._initial_messages()
+        for w in range(cfg.num_workers):
+            proc = ctx.Process(target=worker_process_main, name=f"rollout_worker_{w}", daemon=True,
+                               args=(self._worker_factory, w, self.worker_queues[w],
+                                     self.report_queue, self.stop_flag, self.heartbeats, w, snap))
+            proc.start()
+            self.processes.append(proc)
+        status = 0
+        try:
+            while not self._tick():
+                self._check_health()
+        except ComponentFailure as e:
+            log(f"ERROR: {e}")
+            status = 1
+        except KeyboardInterrupt:
+            log("interrupted: saving checkpoints")
+            status = 1
+        self._shutdown()
+        return status
+
+    # --- health -----------------------------------------------------------------------------
+    def _check_health(self) -> None:
+        for i, proc in enumerate(self.processes):
+            if proc.exitcode is not None and not self.stop_flag[0]:
+                idx = self._hb_index(proc.name)
+                raise ComponentFailure(
+                    f"{self.heartbeats.names[idx]} died (exit code {proc.exitcode}) while "
+                    f"{self.heartbeats.describe(idx)}")
+        stale = self.heartbeats.stale(self.cfg.heartbeat_timeout)
+        if stale:
+            idx, silent = stale[0]
+            raise ComponentFailure(f"{self.heartbeats.names[idx]} stopped answering "
+                                   f"{silent:.0f} s ago while {self.heartbeats.describe(idx)}")
+
+    def _hb_index(self, proc_name: str) -> int:
+        kind, _, num = proc_name.rpartition("_")
+        return int(num) if kind == "rollout_worker" else self.cfg.num_workers + int(num)
+
+    def _shutdown(self) -> None:
+        self.stop_flag[0] = 1
+        for q in self.worker_queues:
+            q.put(Stop())
+        for p in range(self.num_policies):
+            self.learner_queues[p].put(Stop(save=True))
+        deadline = time.time() + 30
+        for proc in self.processes:
+            while proc.is_alive() and time.time() < deadline:
+                proc.join(timeout=0.1)
+                self._consume_reports()
+        for proc in self.processes:
+            if proc.is_alive():
+                log(f"{proc.name} did not stop in time; terminating it")
+                proc.terminate()
+        self._consume_reports()
+        self._save_side_state()
+        self.stats.status_line(self.env_steps, self.versions, time.time() - self.start_time,
+                               force=True)
+
+    # --- the observer loop ------------------------------------------------------------------
+    def _tick(self, final: bool = False) -> bool:
+        """Consume reports, print status, run PBT and self-play bookkeeping; True when done."""
+        timeout = 0.0 if (final or self.cfg.serial_mode) else 0.05
+        self._consume_reports(timeout)
+        elapsed = time.time() - self.start_time
+        self.stats.status_line(self.env_steps, self.versions, elapsed)
+        self.stats.maybe_write_summaries(self.env_steps, self.pbt)
+        if final:
+            self._save_side_state()
+            return True
+        if self.pbt is not None:
+            self._pbt_step()
+        if self.use_snapshots:
+            self._snapshot_step()
+        done = min(self.env_steps) >= self.cfg.train_for_env_steps
+        if elapsed > self.cfg.train_for_seconds:
+            log(f"--train_for_seconds={self.cfg.train_for_seconds} reached")
+            done = True
+        if done and self.cfg.serial_mode:
+            self._save_side_state()
+        return done
+
+    def _consume_reports(self, timeout: float = 0.0) -> None:
+        for msg in drain(self.report_queue, timeout=timeout):
+            if isinstance(msg, WorkerReport):
+                self.stats.add_sampling(msg.env_steps * self.cfg.env_frameskip)
+                for ep in msg.episodes:
+                    self.stats.add_episode(ep)
+                    if self.pbt is not None and isinstance(ep.policy_id, int):
+                        objective = ep.objective
+                        if objective is None:
+                            self.stats.warn_no_objective(ep.policy_id)
+                            objective = ep.episode_return
+                        self.pbt.record_episode(ep.policy_id, objective)
+                for match in msg.matches:
+                    for team_a, team_b, score in matches_from_episode(match.seats, match.teams,
+                                                                      match.objectives):
+                        self.elo.record_match(team_a, team_b, score)
+            elif isinstance(msg, LearnerReport):
+                self.env_steps[msg.policy_id] = msg.env_steps
+                self.versions[msg.policy_id] = msg.version
+                self.stats.add_train(msg)
+            elif isinstance(msg, LearnerEvent):
+                if msg.kind == "error":
+                    raise ComponentFailure(f"learner {msg.policy_id} failed:\n{msg.detail}"
+                                           if msg.policy_id >= 0 else msg.detail)
+                if msg.kind == "loaded":
+                    log(f"policy {msg.policy_id}: {msg.detail}")
+
+    def _pbt_step(self) -> None:
+        ratings = None
+        if self.cfg.pbt_target_objective == "elo":
+            ratings = [self.elo.rating(p) for p in range(self.num_policies)]
+        for d in self.pbt.update(list(self.env_steps), ratings=ratings):
+            log(d.log_line)
+            apply = ApplyPBT(d.policy_id, d.source_id, dict(d.hparams))
+            if d.source_id is None:
+                self.learner_queues[d.policy_id].put(apply)
+            else:
+                self.learner_queues[d.source_id].put(ExportState(d.source_id, apply))
+                self.elo.set_rating(d.policy_id, self.elo.rating(d.source_id))
+            if d.shaping is not None:
+                for q in self.worker_queues:
+                    q.put(SetRewardShaping(d.policy_id, d.shaping))
+            self.stats.pbt_event(d)
+
+    def _snapshot_step(self) -> None:
+        changed = False
+        for p in range(self.num_policies):
+            if self.env_steps[p] - self.last_snapshot_steps[p] < (
+                    self.cfg.selfplay_snapshot_every_env_steps):
+                continue
+            self.last_snapshot_steps[p] = self.env_steps[p]
+            sid = snapshot_id(p, self.env_steps[p])
+            evicted = self.snapshots.add(sid)
+            if evicted is not None:
+                row = self.snapshot_rows.pop(evicted)
+                self.elo.remove(evicted)
+            else:
+                row = self.num_policies + len(self.snapshot_rows)
+            self.snapshot_rows[sid] = row
+            self.elo.set_rating(sid, self.elo.rating(p))
+            self.learner_queues[p].put(PublishSnapshot(p, row, sid))
+            changed = True
+        if changed:
+            for q in self.worker_queues:
+                q.put(SetSnapshots(dict(self.snapshot_rows)))
+        if self.cfg.matchmaking == "elo":
+            ratings = {k: self.elo.rating(k) for k in self.elo.keys()}
+            for q in self.worker_queues:
+                q.put(SetRatings(ratings))
+
+    def _save_side_state(self) -> None:
+        from rl_pbt.logging.files import atomic_write_json
+
+        if self.pbt is not None:
+            self.pbt.save()
+        if len(self.elo):
+            atomic_write_json(self._elo_path(), self.elo.to_dict())
+
+
+class _MergedQueue:
+    """Serial mode: the one learner host reads every policy's queue."""
+
+    def __init__(self, queues):
+        self.queues = queues
+
+    def get_many(self, block=True, timeout=0.0, max_messages_to_get=10**9):
+        import queue as std_queue
+
+        out = []
+        for q in self.queues:
+            try:
+                out += q.get_many(block=False, max_messages_to_get=max_messages_to_get)
+            except std_queue.Empty:
+                pass
+        if not out:
+            raise std_queue.Empty
+        return out
+
+
+class _LivePool:
+    """The snapshot ids a worker currently knows, seen through the SnapshotPool interface."""
+
+    def __init__(self, mapping: dict):
+        self.mapping = mapping
+
+    def ids(self) -> list[str]:
+        return list(self.mapping)
+
+    def __len__(self) -> int:
+        return len(self.mapping)
+
+
+def run(cfg: Cfg) -> int:
+    np.set_printoptions(precision=3)
+    return Runner(cfg).run()
+

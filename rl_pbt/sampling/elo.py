@@ -1,0 +1,176 @@
+"""Elo ratings for population policies and frozen snapshots, fed by finished episodes.
+
+Read by `matchmaking.EloMatchmaker` to pair close opponents and by PBT when it ranks by rating.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Hashable, Sequence
+from typing import Any, Optional
+
+DEFAULT_RATING = 1200.0
+DEFAULT_K = 16.0
+
+Match = tuple[list[Hashable], list[Hashable], float]
+
+
+def expected_score(r_a: float, r_b: float) -> float:
+    """Probability-like expected score of A against B (logistic curve, 400-point scale)."""
+    return 1.0 / (1.0 + 10.0 ** ((float(r_b) - float(r_a)) / 400.0))
+
+
+def elo_update(r_a: float, r_b: float, score_a: float, k: float) -> tuple[float, float]:
+    """New (r_a, r_b) after one game; score_a is 1 (A wins), 0 (A loses) or 0.5 (draw).
+
+    The update is zero-sum: whatever A gains, B loses.
+    """
+    if not 0.0 <= score_a <= 1.0:
+        raise ValueError(f"score_a must be in [0, 1] (1 win, 0.5 draw, 0 loss), got {score_a}")
+    delta = k * (score_a - expected_score(r_a, r_b))
+    return r_a + delta, r_b - delta
+
+
+class EloRatings:
+    """Ratings keyed by any hashable id: ints for population policies, strings for snapshots.
+
+    Unknown keys read as `initial` until they play. A team's rating is the mean over its seats,
+    and every distinct member of a team moves by the same team delta.
+    """
+
+    def __init__(self, initial: float = DEFAULT_RATING, k: float = DEFAULT_K):
+        if k <= 0:
+            raise ValueError(f"k must be > 0, got {k}")
+        self.initial = float(initial)
+        self.k = float(k)
+        self._ratings: dict[Hashable, float] = {}
+        self._games: dict[Hashable, int] = {}
+
+    # --- queries ---
+    def rating(self, key: Hashable) -> float:
+        return self._ratings.get(key, self.initial)
+
+    def games(self, key: Hashable) -> int:
+        """How many rated matches `key` took part in."""
+        return self._games.get(key, 0)
+
+    def keys(self) -> list[Hashable]:
+        return list(self._ratings)
+
+    def __contains__(self, key: object) -> bool:
+        return key in self._ratings
+
+    def __len__(self) -> int:
+        return len(self._ratings)
+
+    # --- edits ---
+    def set_rating(self, key: Hashable, value: float) -> None:
+        """Overwrite one rating (e.g. a policy that inherited another's weights)."""
+        self._ratings[key] = float(value)
+        self._games.setdefault(key, 0)
+
+    def remove(self, key: Hashable) -> None:
+        """Forget `key` (e.g. an evicted snapshot); unknown keys are ignored."""
+        self._ratings.pop(key, None)
+        self._games.pop(key, None)
+
+    def record_match(
+        self, team_a: Sequence[Hashable], team_b: Sequence[Hashable], score_a: float
+    ) -> None:
+        """Rate one match between two teams; score_a is 1, 0 or 0.5 from team A's side.
+
+        Team rating = mean of its members' ratings (one entry per seat). Each distinct member of
+        A moves by +delta and each of B by -delta. A key present on both sides (a self-play
+        mirror) is not updated; a match where every key is on both sides changes nothing.
+        """
+        if not team_a or not team_b:
+            raise ValueError("both teams need at least one member")
+        mirrored = set(team_a) & set(team_b)
+        movers_a = [key for key in dict.fromkeys(team_a) if key not in mirrored]
+        movers_b = [key for key in dict.fromkeys(team_b) if key not in mirrored]
+        if not movers_a and not movers_b:
+            return
+        mean_a = sum(self.rating(key) for key in team_a) / len(team_a)
+        mean_b = sum(self.rating(key) for key in team_b) / len(team_b)
+        new_a, _ = elo_update(mean_a, mean_b, score_a, self.k)
+        delta = new_a - mean_a
+        for key in movers_a:
+            self._ratings[key] = self.rating(key) + delta
+            self._games[key] = self.games(key) + 1
+        for key in movers_b:
+            self._ratings[key] = self.rating(key) - delta
+            self._games[key] = self.games(key) + 1
+
+    # --- saving ---
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-safe state; entries are [key, rating, games] so int keys stay ints."""
+        return {
+            "initial": self.initial,
+            "k": self.k,
+            "entries": [[key, r, self.games(key)] for key, r in self._ratings.items()],
+        }
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> EloRatings:
+        ratings = cls(initial=data.get("initial", DEFAULT_RATING), k=data.get("k", DEFAULT_K))
+        for key, value, games in data.get("entries", []):
+            key = tuple(key) if isinstance(key, list) else key
+            ratings._ratings[key] = float(value)
+            ratings._games[key] = int(games)
+        return ratings
+
+    def table(self) -> str:
+        """Readable table, highest rating first."""
+        rows = sorted(self._ratings.items(), key=lambda kv: (-kv[1], str(kv[0])))
+        width = max([len("id")] + [len(str(key)) for key, _ in rows])
+        lines = [f"{'rank':>4}  {'id':<{width}}  {'rating':>8}  {'games':>6}"]
+        for rank, (key, value) in enumerate(rows, start=1):
+            lines.append(f"{rank:>4}  {str(key):<{width}}  {value:>8.1f}  {self.games(key):>6}")
+        if not rows:
+            lines.append("(no rated players yet)")
+        return "\n".join(lines)
+
+    def __repr__(self) -> str:
+        return f"EloRatings(n={len(self)}, initial={self.initial}, k={self.k})"
+
+
+def _outcome(obj_a: float, obj_b: float) -> float:
+    if obj_a > obj_b:
+        return 1.0
+    if obj_a < obj_b:
+        return 0.0
+    return 0.5
+
+
+def matches_from_episode(
+    policy_of_agent: Sequence[Hashable],
+    team_of_agent: Optional[Sequence[Hashable]],
+    true_objectives: Sequence[float],
+) -> list[Match]:
+    """Turn one finished multi-agent episode into (team_a, team_b, score_a) rating updates.
+
+    Agents are grouped by team (None: every agent is its own team). A team's objective is the
+    mean over its agents; every pair of teams is one match, scored 1/0 by comparing objectives
+    and 0.5 on equality. Two teams give a single match (1v1 or team vs team); a free-for-all
+    with n teams gives n*(n-1)/2 matches. Team order follows first appearance among agents.
+    """
+    n = len(policy_of_agent)
+    if team_of_agent is None:
+        team_of_agent = list(range(n))
+    if len(team_of_agent) != n or len(true_objectives) != n:
+        raise ValueError(
+            "policy_of_agent, team_of_agent and true_objectives must have one entry per agent, "
+            f"got lengths {n}, {len(team_of_agent)}, {len(true_objectives)}"
+        )
+    members: dict[Hashable, list[Hashable]] = {}
+    scores: dict[Hashable, list[float]] = {}
+    for policy, team, objective in zip(policy_of_agent, team_of_agent, true_objectives):
+        members.setdefault(team, []).append(policy)
+        scores.setdefault(team, []).append(float(objective))
+    teams = list(members)
+    mean_obj = {team: sum(scores[team]) / len(scores[team]) for team in teams}
+    matches: list[Match] = []
+    for i, team_a in enumerate(teams):
+        for team_b in teams[i + 1 :]:
+            score_a = _outcome(mean_obj[team_a], mean_obj[team_b])
+            matches.append((list(members[team_a]), list(members[team_b]), score_a))
+    return matches

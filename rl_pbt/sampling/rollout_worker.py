@@ -1,0 +1,365 @@
+"""Rollout worker: steps its env copies, acts with local copies of the policies, and fills
+shared-memory trajectory slots that it hands to each policy's learner.
+
+Collaborators: TrajectoryBuffers/SlotPool (memory), ParamStore (weights, read here),
+a matchmaker (which policy plays each agent seat), the runner (stats, reward shaping).
+One call of `step()` advances every env by one step; the process loop and serial mode
+both drive it.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any, Callable, Optional
+
+import numpy as np
+import torch
+
+from rl_pbt.config.parse import recurrence
+from rl_pbt.envs.wrappers import as_multiagent, reward_shaping_target
+from rl_pbt.memory.buffers import QUEUED, WORKER, TrajectoryBuffers
+from rl_pbt.memory.param_store import ParamStore
+from rl_pbt.memory.slots import SlotPool
+from rl_pbt.models.action_dist import to_env_action
+from rl_pbt.models.actor_critic import ActorCritic
+from rl_pbt.models.obs import obs_to_dict
+from rl_pbt.runtime import heartbeat as hb
+from rl_pbt.runtime.messages import (
+    EpisodeStats,
+    MatchResult,
+    SetRewardShaping,
+    SetSnapshots,
+    Trajectories,
+    WorkerReport,
+)
+
+
+class StopRequested(Exception):
+    pass
+
+
+class RolloutWorker:
+    def __init__(self, cfg, worker_idx: int, make_env: Callable[[dict], Any],
+                 make_model: Callable[[], ActorCritic], buffers: TrajectoryBuffers,
+                 slot_pool: SlotPool, params: ParamStore, learner_queues: list,
+                 report_queue, matchmaker, heartbeats: Optional[hb.Heartbeats] = None,
+                 heartbeat_idx: int = 0, should_stop: Callable[[], bool] = lambda: False,
+                 blocking: bool = True):
+        self.cfg = cfg
+        self.idx = worker_idx
+        self.buffers = buffers
+        self.np = buffers.numpy_views()
+        self.pool = slot_pool
+        self.params = params
+        self.learner_queues = learner_queues
+        self.report_queue = report_queue
+        self.matchmaker = matchmaker
+        self.heartbeats = heartbeats
+        self.hb_idx = heartbeat_idx
+        self.should_stop = should_stop
+        self.blocking = blocking
+        self.rng = np.random.default_rng(None if cfg.seed is None else cfg.seed * 1000 + worker_idx)
+        self.num_policies = cfg.num_policies
+        self.T = cfg.rollout
+        self.rec = recurrence(cfg)
+        self.target_key = "true_objective" if cfg.pbt_target_objective == "elo" else (
+            cfg.pbt_target_objective)
+
+        self._beat(hb.STARTING)
+        self.envs = []
+        for e in range(cfg.num_envs_per_worker):
+            env_id = worker_idx * cfg.num_envs_per_worker + e
+            self._beat(hb.RESETTING, e)
+            self.envs.append(as_multiagent(make_env(
+                {"worker_index": worker_idx, "vector_index": e, "env_id": env_id})))
+        env0 = self.envs[0]
+        self.obs_space, self.action_space = env0.observation_space, env0.action_space
+        self.num_agents = int(env0.num_agents)
+        self.shaping_targets = [reward_shaping_target(env) for env in self.envs]
+
+        self.models: dict[int, ActorCritic] = {}
+        self.model_version: dict[int, int] = {}
+        self.make_model = make_model
+        self.snapshot_store: dict[str, int] = {}  # snapshot id -> row of the param store
+
+        n_act = len(self.envs) * self.num_agents
+        self.num_actors = n_act
+        model = make_model()
+        self.act_spec = model.act_spec
+        self.obs_keys = model.obs_spec.keys
+        self.rnn_size = model.rnn_size
+        self.h = torch.zeros(n_act, max(self.rnn_size, 1))
+        self.cur_obs = {k: np.zeros((n_act, *s), dtype=d) for k, s, d in model.obs_spec.items()}
+        self.seat: list[Any] = [0] * n_act  # policy id (int) or snapshot id (str) per actor
+        self.slot = np.full(n_act, -1, dtype=np.int64)
+        self.t = np.zeros(n_act, dtype=np.int64)
+        self.pending_bootstrap: list[tuple[int, int]] = []  # (actor, old slot)
+        self.ep_return = np.zeros(n_act)
+        self.ep_len = np.zeros(n_act, dtype=np.int64)
+        self.shaping: dict[int, dict] = {}
+        self.installed_shaping: dict[int, int] = {}  # actor -> id() of the installed dict
+        self.episodes: list[EpisodeStats] = []
+        self.matches: list[MatchResult] = []
+        self.steps_since_report = 0
+        self.last_report = time.monotonic()
+        self._start_envs()
+
+    # --- setup ----------------------------------------------------------------------------
+    def _beat(self, activity: int, detail: int = 0) -> None:
+        if self.heartbeats is not None:
+            self.heartbeats.beat(self.hb_idx, activity, detail)
+
+    def _start_envs(self) -> None:
+        for e, env in enumerate(self.envs):
+            self._beat(hb.RESETTING, e)
+            seed = None if self.cfg.seed is None else self.cfg.seed * 100_003 + self.idx * 1000 + e
+            obs_list, _ = env.reset(seed=seed)
+            if self.cfg.decorrelate_envs_on_one_worker and self.num_agents == 1:
+                for _ in range(int(self.rng.integers(0, 2 * self.T))):
+                    obs_list, *_ = env.step([self.action_space.sample()])
+            self._assign_seats(e)
+            for a, obs in enumerate(obs_list):
+                self._store_obs(e * self.num_agents + a, obs)
+        for i in range(self.num_actors):
+            if self._trains(i):
+                self.slot[i] = self._acquire(1)[0]
+
+    def _store_obs(self, actor: int, obs) -> None:
+        for k, v in obs_to_dict(self.obs_space, obs).items():
+            self.cur_obs[k][actor] = v
+
+    def _trains(self, actor: int) -> bool:
+        return isinstance(self.seat[actor], (int, np.integer))
+
+    def _assign_seats(self, e: int) -> None:
+        seats = self.matchmaker.assign(self.num_agents, self.rng)
+        for a, seat in enumerate(seats):
+            i = e * self.num_agents + a
+            if isinstance(seat, str) and seat not in self.snapshot_store:
+                seat = int(self.rng.integers(self.num_policies))  # snapshot gone: a live policy
+            self.seat[i] = seat
+        self._install_shaping(e)
+
+    def _install_shaping(self, e: int) -> None:
+        target = self.shaping_targets[e]
+        if target is None:
+            return
+        for a in range(self.num_agents):
+            i = e * self.num_agents + a
+            p = self.seat[i]
+            shaping = self.shaping.get(p) if self._trains(i) else None
+            if shaping is not None and self.installed_shaping.get(i) != id(shaping):
+                target.set_reward_shaping(shaping, a)
+                self.installed_shaping[i] = id(shaping)
+
+    def _acquire(self, n: int) -> list[int]:
+        slots: list[int] = []
+        while len(slots) < n:
+            self._beat(hb.WAIT_SLOT)
+            got = self.pool.acquire(n - len(slots), timeout=0.1 if self.blocking else 0.0)
+            slots += got
+            if not got:
+                if not self.blocking:
+                    raise RuntimeError("serial mode ran out of trajectory slots")
+                if self.should_stop():
+                    raise StopRequested
+        return slots
+
+    # --- control --------------------------------------------------------------------------
+    def handle(self, msg) -> None:
+        if isinstance(msg, SetRewardShaping):
+            # installed on each env at the start of its next episode (see _install_shaping)
+            self.shaping[msg.policy_id] = msg.shaping
+        elif isinstance(msg, SetSnapshots):
+            self.snapshot_store = dict(msg.snapshot_ids)
+
+    def _model_for(self, seat) -> ActorCritic:
+        row = seat if self._is_policy(seat) else self.snapshot_store[seat]
+        model = self.models.get(row)
+        if model is None:
+            model = self.make_model()
+            model.eval()
+            self.models[row] = model
+            self.model_version[row] = -1
+        latest = self.params.current_version(row)
+        if latest != self.model_version[row]:
+            self.model_version[row] = self.params.read_into(row, model)
+        return model
+
+    @staticmethod
+    def _is_policy(seat) -> bool:
+        return isinstance(seat, (int, np.integer))
+
+    # --- the step -------------------------------------------------------------------------
+    def step(self) -> None:
+        actions = np.zeros((self.num_actors, self.act_spec.dim),
+                           dtype=np.int64 if self.act_spec.kind == "discrete" else np.float32)
+        groups: dict[Any, list[int]] = {}
+        for i, seat in enumerate(self.seat):
+            groups.setdefault(seat, []).append(i)
+        bootstrap_actors = {a: s for a, s in self.pending_bootstrap}
+        self.pending_bootstrap = []
+        finished: dict[int, list[int]] = {}
+        for seat, actors in groups.items():
+            self._beat(hb.INFERENCE, seat if self._is_policy(seat) else -1)
+            model = self._model_for(seat)
+            idx = np.asarray(actors)
+            obs = {k: torch.from_numpy(self.cur_obs[k][idx]) for k in self.obs_keys}
+            h_before = self.h[idx] if self.rnn_size else None
+            act, logp, values, h_after = model.act(obs, h_before)
+            act_np = act.numpy()
+            actions[idx] = act_np.reshape(len(idx), -1)
+            if self.rnn_size:
+                self.h[idx] = h_after
+            if not self._is_policy(seat):
+                continue
+            version = self.model_version[seat]
+            slots, ts = self.slot[idx], self.t[idx]
+            for k in self.obs_keys:
+                self.np[f"obs.{k}"][slots, ts] = self.cur_obs[k][idx]
+            self.np["actions"][slots, ts] = act_np.reshape(len(idx), -1)
+            self.np["log_probs"][slots, ts] = logp.numpy()
+            vals = values.numpy()
+            self.np["values"][slots, ts] = vals
+            self.np["policy_id"][slots, ts] = seat
+            self.np["policy_version"][slots, ts] = version
+            if self.rnn_size:
+                chunk_start = ts % self.rec == 0
+                if chunk_start.any():
+                    self.np["rnn_states"][slots[chunk_start], ts[chunk_start] // self.rec] = (
+                        h_before[torch.from_numpy(chunk_start)].numpy())
+            for j, actor in enumerate(actors):
+                old = bootstrap_actors.get(actor)
+                if old is not None:
+                    self.np["values"][old, self.T] = vals[j]
+                    finished.setdefault(seat, []).append(old)
+        self._send(finished)
+
+        self._beat(hb.STEPPING)
+        finished = {}
+        for e, env in enumerate(self.envs):
+            self._beat(hb.STEPPING, e)
+            base = e * self.num_agents
+            env_actions = [to_env_action(self.act_spec, self.action_space, actions[base + a])
+                           for a in range(self.num_agents)]
+            obs, rew, term, trunc, infos = env.step(env_actions)
+            self._record(e, obs, rew, term, trunc, infos, finished)
+        self._send(finished)
+        self.steps_since_report += self.num_actors
+        self._maybe_report()
+
+    def _record(self, e, obs, rew, term, trunc, infos, finished) -> None:
+        n = self.num_agents
+        base = e * n
+        dones = np.logical_or(np.asarray(term, bool), np.asarray(trunc, bool))
+        rew = np.asarray(rew, dtype=np.float32)
+        for a in range(n):
+            i = base + a
+            info = infos[a] if infos else {}
+            active = bool(info.get("is_active", True))
+            if self._trains(i):
+                s, t = self.slot[i], self.t[i]
+                self.np["rewards"][s, t] = rew[a]
+                self.np["dones"][s, t] = float(dones[a])
+                self.np["valid"][s, t] = active
+            self.ep_return[i] += rew[a]
+            self.ep_len[i] += 1
+            self._store_obs(i, obs[a])
+            if dones[a]:
+                if self.rnn_size:
+                    self.h[i] = 0.0
+                self.episodes.append(self._episode_stats(i, info))
+                self.ep_return[i] = 0.0
+                self.ep_len[i] = 0
+        if dones.all():
+            if n > 1:
+                key = self.target_key
+                self.matches.append(MatchResult(
+                    seats=[self.seat[base + a] for a in range(n)],
+                    teams=[int(infos[a].get("team", a)) for a in range(n)],
+                    objectives=[float(infos[a].get(key, infos[a].get("true_objective", 0.0)))
+                                for a in range(n)]))
+            old_seats = self.seat[base:base + n]
+            self._assign_seats(e)
+            for a in range(n):
+                i = base + a
+                if self.seat[i] != old_seats[a]:
+                    if self.rnn_size:
+                        self.h[i] = 0.0
+                    if self._is_policy(old_seats[a]):
+                        self._pad_and_finish(i, old_seats[a], finished)
+        for a in range(n):
+            i = base + a
+            if self._trains(i):
+                self.t[i] += 1
+                if self.t[i] == self.T:
+                    self._finish_full(i)
+            elif self.slot[i] >= 0:
+                self.slot[i] = -1
+
+    def _episode_stats(self, i: int, info: dict) -> EpisodeStats:
+        objective = info.get(self.target_key)
+        extra = {k: float(v) for k, v in info.get("episode_extra_stats", {}).items()}
+        if "true_objective" in info and self.target_key != "true_objective":
+            extra["true_objective"] = float(info["true_objective"])
+        return EpisodeStats(self.seat[i], float(self.ep_return[i]), int(self.ep_len[i]),
+                            None if objective is None else float(objective), extra)
+
+    def _finish_full(self, i: int) -> None:
+        """A full trajectory: its bootstrap value comes from the next forward pass."""
+        old = int(self.slot[i])
+        for k in self.obs_keys:
+            self.np[f"obs.{k}"][old, self.T] = self.cur_obs[k][i]
+        self.pending_bootstrap.append((i, old))
+        self.slot[i] = self._acquire(1)[0]
+        self.t[i] = 0
+
+    def _pad_and_finish(self, i: int, policy: int, finished: dict) -> None:
+        """The seat changed policy at an episode end: close the old policy's trajectory now,
+        marking its unused steps invalid, and start a fresh one for the new policy."""
+        s, t = int(self.slot[i]), int(self.t[i]) + 1  # the step just recorded counts
+        if t < self.T:
+            for k in self.obs_keys:
+                self.np[f"obs.{k}"][s, t:] = self.cur_obs[k][i]
+            self.np["actions"][s, t:] = 0
+            self.np["log_probs"][s, t:] = 0.0
+            self.np["values"][s, t:] = 0.0
+            self.np["rewards"][s, t:] = 0.0
+            self.np["dones"][s, t:] = 1.0
+            self.np["valid"][s, t:] = False
+            self.np["policy_id"][s, t:] = policy
+            self.np["policy_version"][s, t:] = self.np["policy_version"][s, t - 1]
+            if self.rnn_size:
+                first_chunk = -(-t // self.rec)
+                self.np["rnn_states"][s, first_chunk:] = 0.0
+        for k in self.obs_keys:
+            self.np[f"obs.{k}"][s, self.T] = self.cur_obs[k][i]
+        self.np["values"][s, self.T] = 0.0
+        finished.setdefault(policy, []).append(s)
+        if self._trains(i):
+            self.slot[i] = self._acquire(1)[0]
+        else:
+            self.slot[i] = -1
+        self.t[i] = -1  # incremented to 0 right after
+
+    def _send(self, finished: dict[int, list[int]]) -> None:
+        for policy, slots in finished.items():
+            self.buffers.transfer(slots, WORKER, QUEUED)
+            self.learner_queues[policy].put(Trajectories(int(policy), slots))
+
+    def _maybe_report(self, force: bool = False) -> None:
+        now = time.monotonic()
+        if force or now - self.last_report > 0.5:
+            self.report_queue.put(WorkerReport(self.idx, self.episodes, self.matches,
+                                               self.steps_since_report))
+            self.episodes, self.matches = [], []
+            self.steps_since_report = 0
+            self.last_report = now
+
+    def close(self) -> None:
+        self._maybe_report(force=True)
+        for env in self.envs:
+            try:
+                env.close()
+            except Exception:  # closing is best effort; a broken env must not block shutdown
+                pass
