@@ -57,8 +57,9 @@ class _Parser(argparse.ArgumentParser):
 
 
 def _add_flag(parser: argparse.ArgumentParser, flag: Flag) -> None:
-    kwargs: dict[str, Any] = dict(default=argparse.SUPPRESS, help=f"{flag.help} (default: "
-                                  f"{flag.default})")
+    kwargs: dict[str, Any] = dict(
+        default=argparse.SUPPRESS, help=f"{flag.help} (default: {flag.default})"
+    )
     if flag.type is bool:
         kwargs.update(type=str2bool, nargs="?", const=True)
     elif flag.type is list:
@@ -103,8 +104,9 @@ def _coerce(flag: Flag, value: Any) -> Any:
         raise ConfigError(f"--{flag.name}={value!r}: expected {flag.type.__name__}") from e
 
 
-def parse_cfg(argv: Optional[list[str]] = None, evaluation: bool = False,
-              extra_flags: Iterable[Flag] = ()) -> Cfg:
+def parse_cfg(
+    argv: Optional[list[str]] = None, evaluation: bool = False, extra_flags: Iterable[Flag] = ()
+) -> Cfg:
     """Parse command-line style arguments into a validated Cfg.
 
     `evaluation` skips training-only checks (used by enjoy/match scripts).
@@ -166,20 +168,26 @@ def validate(cfg: Cfg, flags: Iterable[Flag] = FLAGS, evaluation: bool = False) 
     if cfg.num_envs_per_worker % cfg.worker_num_splits != 0:
         raise ConfigError(
             f"--num_envs_per_worker={cfg.num_envs_per_worker} must be a multiple of "
-            f"--worker_num_splits={cfg.worker_num_splits}")
+            f"--worker_num_splits={cfg.worker_num_splits}"
+        )
     if cfg.batch_size % cfg.rollout != 0:
-        raise ConfigError(f"--batch_size={cfg.batch_size} must be a multiple of "
-                          f"--rollout={cfg.rollout} (minibatches hold whole trajectories)")
+        raise ConfigError(
+            f"--batch_size={cfg.batch_size} must be a multiple of "
+            f"--rollout={cfg.rollout} (minibatches hold whole trajectories)"
+        )
     if cfg.use_rnn:
         rec = recurrence(cfg)
         if cfg.rollout % rec != 0:
             raise ConfigError(f"--recurrence={cfg.recurrence} must divide --rollout={cfg.rollout}")
     if cfg.pbt_perturb_max < cfg.pbt_perturb_min:
-        raise ConfigError(f"--pbt_perturb_max={cfg.pbt_perturb_max} must be >= "
-                          f"--pbt_perturb_min={cfg.pbt_perturb_min}")
+        raise ConfigError(
+            f"--pbt_perturb_max={cfg.pbt_perturb_max} must be >= "
+            f"--pbt_perturb_min={cfg.pbt_perturb_min}"
+        )
     if cfg.with_pbt and cfg.num_policies < 2:
-        raise ConfigError(f"--with_pbt needs a population: --num_policies={cfg.num_policies} "
-                          f"must be >= 2")
+        raise ConfigError(
+            f"--with_pbt needs a population: --num_policies={cfg.num_policies} must be >= 2"
+        )
     if cfg.pbt_search_space and not os.path.isfile(cfg.pbt_search_space):
         raise ConfigError(f"--pbt_search_space={cfg.pbt_search_space!r}: no such file")
 

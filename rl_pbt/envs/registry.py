@@ -26,9 +26,14 @@ class EnvEntry:
 _REGISTRY: dict[str, EnvEntry] = {}
 
 
-def register_env(name: str, make_env_func: MakeEnvFunc, *, extra_flags: Optional[list[Flag]] = None,
-                 default_overrides: Optional[dict[str, Any]] = None,
-                 overwrite: bool = True) -> None:
+def register_env(
+    name: str,
+    make_env_func: MakeEnvFunc,
+    *,
+    extra_flags: Optional[list[Flag]] = None,
+    default_overrides: Optional[dict[str, Any]] = None,
+    overwrite: bool = True,
+) -> None:
     """Register `make_env_func(full_env_name, cfg, env_config, render_mode=None)` as `name`.
 
     `extra_flags` adds env-specific command-line flags; `default_overrides` changes flag
@@ -39,8 +44,9 @@ def register_env(name: str, make_env_func: MakeEnvFunc, *, extra_flags: Optional
         raise TypeError(f"register_env({name!r}): make_env_func must be callable")
     if name in _REGISTRY and not overwrite:
         raise ValueError(f"env {name!r} is already registered")
-    _REGISTRY[name] = EnvEntry(name, make_env_func, list(extra_flags or []),
-                               dict(default_overrides or {}))
+    _REGISTRY[name] = EnvEntry(
+        name, make_env_func, list(extra_flags or []), dict(default_overrides or {})
+    )
 
 
 def registered_envs() -> list[str]:

@@ -30,8 +30,15 @@ from rl_pbt.memory.param_store import ParamStore, flat_state_size, flatten_state
 from rl_pbt.memory.slots import SlotPool
 from rl_pbt.models.actor_critic import ActorCritic
 
-TUNED_HPARAMS = ("learning_rate", "exploration_loss_coeff", "value_loss_coeff", "max_grad_norm",
-                 "ppo_clip_ratio", "ppo_clip_value", "gamma")
+TUNED_HPARAMS = (
+    "learning_rate",
+    "exploration_loss_coeff",
+    "value_loss_coeff",
+    "max_grad_norm",
+    "ppo_clip_ratio",
+    "ppo_clip_value",
+    "gamma",
+)
 
 
 def default_hparams(cfg) -> dict[str, float]:
@@ -44,8 +51,17 @@ def transfer_size(model: nn.Module) -> int:
 
 
 class Learner:
-    def __init__(self, cfg, policy_id: int, model: ActorCritic, buffers: TrajectoryBuffers,
-                 slot_pool: SlotPool, params: ParamStore, device: str, exp_dir: str):
+    def __init__(
+        self,
+        cfg,
+        policy_id: int,
+        model: ActorCritic,
+        buffers: TrajectoryBuffers,
+        slot_pool: SlotPool,
+        params: ParamStore,
+        device: str,
+        exp_dir: str,
+    ):
         self.cfg = cfg
         self.policy_id = policy_id
         self.device = torch.device(device)
@@ -56,8 +72,12 @@ class Learner:
         self.params = params
         self.exp_dir = exp_dir
         self.hp = default_hparams(cfg)
-        self.optimizer = torch.optim.Adam(self.model.parameters(), lr=self.hp["learning_rate"],
-                                          betas=(cfg.adam_beta1, cfg.adam_beta2), eps=cfg.adam_eps)
+        self.optimizer = torch.optim.Adam(
+            self.model.parameters(),
+            lr=self.hp["learning_rate"],
+            betas=(cfg.adam_beta1, cfg.adam_beta2),
+            eps=cfg.adam_eps,
+        )
         self.version = 0
         self.env_steps = 0
         self.pending: list[int] = []
@@ -78,8 +98,8 @@ class Learner:
     def train_if_ready(self) -> bool:
         if not self.ready():
             return False
-        slots = self.pending[:self.traj_per_iteration]
-        self.pending = self.pending[self.traj_per_iteration:]
+        slots = self.pending[: self.traj_per_iteration]
+        self.pending = self.pending[self.traj_per_iteration :]
         batch = self.buffers.gather(slots, self.device)
         self.pool.release(slots)  # data is copied out: the slots can be refilled at once
         self.train_on(batch)
@@ -103,17 +123,24 @@ class Learner:
             model.update_normalizers(obs, mask)
         with torch.no_grad():
             if cfg.with_vtrace:
-                cur_logp, _, cur_v = model.evaluate(obs, actions, batch["rnn_states"], dones,
-                                                    self.rec)
+                cur_logp, _, cur_v = model.evaluate(
+                    obs, actions, batch["rnn_states"], dones, self.rec
+                )
                 cur_values = model.denormalize_value(cur_v)
                 log_rhos = torch.where(mask, cur_logp - old_logp, torch.zeros_like(cur_logp))
                 discounts = hp["gamma"] * (1.0 - dones)
-                vs, adv = vtrace(log_rhos.T, discounts.T, rewards.T, cur_values.T,
-                                 values_raw[:, t], cfg.vtrace_rho, cfg.vtrace_c)
+                vs, adv = vtrace(
+                    log_rhos.T,
+                    discounts.T,
+                    rewards.T,
+                    cur_values.T,
+                    values_raw[:, t],
+                    cfg.vtrace_rho,
+                    cfg.vtrace_c,
+                )
                 returns, adv = vs.T, adv.T
             else:
-                adv, returns = gae(rewards.T, values_raw.T, dones.T, hp["gamma"],
-                                   cfg.gae_lambda)
+                adv, returns = gae(rewards.T, values_raw.T, dones.T, hp["gamma"], cfg.gae_lambda)
                 adv, returns = adv.T, returns.T
             if cfg.normalize_returns:
                 model.ret_norm.update(returns[mask])
@@ -126,32 +153,42 @@ class Learner:
         for _ in range(cfg.num_epochs):
             order = torch.randperm(n, device=self.device)
             for start in range(0, n, self.traj_per_minibatch):
-                mb = order[start:start + self.traj_per_minibatch]
+                mb = order[start : start + self.traj_per_minibatch]
                 m = mask[mb]
                 logp, ent, values = model.evaluate(
-                    {k: v[mb] for k, v in obs.items()}, actions[mb],
-                    batch["rnn_states"][mb] if model.use_rnn else None, dones[mb], self.rec)
+                    {k: v[mb] for k, v in obs.items()},
+                    actions[mb],
+                    batch["rnn_states"][mb] if model.use_rnn else None,
+                    dones[mb],
+                    self.rec,
+                )
                 a = adv[mb]
                 if cfg.normalize_advantage:
                     a = normalize_advantages(a, m)
                 pl, pstats = ppo_policy_loss(logp, old_logp[mb], a, hp["ppo_clip_ratio"], m)
-                vl = clipped_value_loss(values, old_values[mb], targets[mb], hp["ppo_clip_value"],
-                                        m)
+                vl = clipped_value_loss(
+                    values, old_values[mb], targets[mb], hp["ppo_clip_value"], m
+                )
                 el = entropy_loss(ent, m)
                 loss = pl + hp["value_loss_coeff"] * vl + hp["exploration_loss_coeff"] * el
                 self.optimizer.zero_grad(set_to_none=True)
                 loss.backward()
                 grad_norm = 0.0
                 if hp["max_grad_norm"] > 0:
-                    grad_norm = float(nn.utils.clip_grad_norm_(model.parameters(),
-                                                               hp["max_grad_norm"]))
+                    grad_norm = float(
+                        nn.utils.clip_grad_norm_(model.parameters(), hp["max_grad_norm"])
+                    )
                 self.optimizer.step()
                 self.version += 1
                 steps += 1
-                for key, val in (("policy_loss", pl.item()), ("value_loss", vl.item()),
-                                 ("entropy", -el.item()), ("grad_norm", grad_norm),
-                                 ("clip_fraction", pstats["clip_fraction"]),
-                                 ("kl", pstats["approx_kl"])):
+                for key, val in (
+                    ("policy_loss", pl.item()),
+                    ("value_loss", vl.item()),
+                    ("entropy", -el.item()),
+                    ("grad_norm", grad_norm),
+                    ("clip_fraction", pstats["clip_fraction"]),
+                    ("kl", pstats["approx_kl"]),
+                ):
                     sums[key] = sums.get(key, 0.0) + val
         self.stats = {k: v / max(steps, 1) for k, v in sums.items()}
         own_lag = lag[own].float()
@@ -177,8 +214,11 @@ class Learner:
         for p in self.model.parameters():
             st = self.optimizer.state.get(p)
             if not st:
-                st = {"exp_avg": torch.zeros_like(p), "exp_avg_sq": torch.zeros_like(p),
-                      "step": torch.zeros(())}
+                st = {
+                    "exp_avg": torch.zeros_like(p),
+                    "exp_avg_sq": torch.zeros_like(p),
+                    "step": torch.zeros(()),
+                }
                 self.optimizer.state[p] = st
             moments.append((st["exp_avg"], st["exp_avg_sq"]))
         return moments
@@ -200,7 +240,7 @@ class Learner:
         step = self._adam_step()
         for m, v in self._adam_moments():
             for t in (m, v):
-                row[offset:offset + t.numel()].copy_(t.reshape(-1))
+                row[offset : offset + t.numel()].copy_(t.reshape(-1))
                 offset += t.numel()
         row[offset] = step
         self.params.transfer_seq[self.policy_id] += 1
@@ -217,7 +257,7 @@ class Learner:
         with torch.no_grad():
             for m, v in moments:
                 for t in (m, v):
-                    t.copy_(row[offset:offset + t.numel()].view_as(t))
+                    t.copy_(row[offset : offset + t.numel()].view_as(t))
                     offset += t.numel()
         for p in self.model.parameters():
             self.optimizer.state[p]["step"] = torch.tensor(step)
@@ -230,13 +270,19 @@ class Learner:
     def save(self) -> str:
         folder = self.checkpoint_folder()
         os.makedirs(folder, exist_ok=True)
-        state = {"model": self.model.state_dict(), "optimizer": self.optimizer.state_dict(),
-                 "version": self.version, "env_steps": self.env_steps, "hparams": self.hp,
-                 "policy_id": self.policy_id}
+        state = {
+            "model": self.model.state_dict(),
+            "optimizer": self.optimizer.state_dict(),
+            "version": self.version,
+            "env_steps": self.env_steps,
+            "hparams": self.hp,
+            "policy_id": self.policy_id,
+        }
         path = os.path.join(folder, f"checkpoint_{self.version:012d}_{self.env_steps}.pth")
         atomic_write(path, lambda f: torch.save(state, f), mode="wb")
         for old in sorted(glob.glob(os.path.join(folder, "checkpoint_*.pth")))[
-                :-self.cfg.keep_checkpoints]:
+            : -self.cfg.keep_checkpoints
+        ]:
             os.unlink(old)
         self.last_save = time.monotonic()
         return path

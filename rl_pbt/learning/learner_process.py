@@ -30,9 +30,15 @@ from rl_pbt.runtime.messages import (
 
 
 class LearnerHost:
-    def __init__(self, learners: dict[int, Learner], in_queue, learner_queues: list,
-                 report_queue, heartbeats: Optional[hb.Heartbeats] = None,
-                 hb_index: Optional[dict[int, int]] = None):
+    def __init__(
+        self,
+        learners: dict[int, Learner],
+        in_queue,
+        learner_queues: list,
+        report_queue,
+        heartbeats: Optional[hb.Heartbeats] = None,
+        hb_index: Optional[dict[int, int]] = None,
+    ):
         self.learners = learners
         self.in_queue = in_queue
         self.learner_queues = learner_queues
@@ -51,9 +57,13 @@ class LearnerHost:
     def start(self, resume: bool) -> None:
         for p, learner in self.learners.items():
             if resume and learner.load_latest():
-                self.report_queue.put(LearnerEvent(p, "loaded", f"resumed at version "
-                                                   f"{learner.version}, {learner.env_steps} "
-                                                   f"env steps"))
+                self.report_queue.put(
+                    LearnerEvent(
+                        p,
+                        "loaded",
+                        f"resumed at version {learner.version}, {learner.env_steps} env steps",
+                    )
+                )
             learner.publish()
             self.report(p)
 
@@ -75,9 +85,14 @@ class LearnerHost:
                 learner.import_state(msg.source_id)
             learner.set_hparams(msg.hparams)  # after the copy: the copy must not overwrite them
             learner.publish()
-            self.report_queue.put(LearnerEvent(msg.policy_id, "pbt_applied",
-                                               f"source={msg.source_id}",
-                                               {"version": learner.version}))
+            self.report_queue.put(
+                LearnerEvent(
+                    msg.policy_id,
+                    "pbt_applied",
+                    f"source={msg.source_id}",
+                    {"version": learner.version},
+                )
+            )
         elif isinstance(msg, PublishSnapshot):
             learner = self.learners[msg.policy_id]
             params = learner.params
@@ -118,8 +133,17 @@ class LearnerHost:
         return trained
 
 
-def learner_process_main(make_learner, policy_id: int, in_queue, learner_queues, report_queue,
-                         heartbeats, hb_idx: int, resume: bool, registry_snapshot) -> None:
+def learner_process_main(
+    make_learner,
+    policy_id: int,
+    in_queue,
+    learner_queues,
+    report_queue,
+    heartbeats,
+    hb_idx: int,
+    resume: bool,
+    registry_snapshot,
+) -> None:
     torch.set_num_threads(1)
     from rl_pbt.envs.registry import restore_registry
 
@@ -128,8 +152,14 @@ def learner_process_main(make_learner, policy_id: int, in_queue, learner_queues,
     try:
         heartbeats.beat(hb_idx, hb.STARTING, policy_id)
         learner = make_learner(policy_id)
-        host = LearnerHost({policy_id: learner}, in_queue, learner_queues, report_queue,
-                           heartbeats, {policy_id: hb_idx})
+        host = LearnerHost(
+            {policy_id: learner},
+            in_queue,
+            learner_queues,
+            report_queue,
+            heartbeats,
+            {policy_id: hb_idx},
+        )
         host.start(resume)
         while not host.stopped:
             host.poll(timeout=0.05)

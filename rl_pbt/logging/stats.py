@@ -60,8 +60,11 @@ class PopulationStats:
     def warn_no_objective(self, policy_id: int) -> None:
         if policy_id not in self.warned_no_objective:
             self.warned_no_objective.add(policy_id)
-            print(f"policy {policy_id}: the env gives no info['{self.cfg.pbt_target_objective}']"
-                  f"; PBT ranks this policy on the episode return", flush=True)
+            print(
+                f"policy {policy_id}: the env gives no info['{self.cfg.pbt_target_objective}']"
+                f"; PBT ranks this policy on the episode return",
+                flush=True,
+            )
 
     def pbt_event(self, decision) -> None:
         w = self._writer(decision.policy_id)
@@ -82,8 +85,9 @@ class PopulationStats:
     def mean(self, values) -> Optional[float]:
         return float(np.mean(values)) if len(values) else None
 
-    def status_line(self, env_steps: list[int], versions: list[int], elapsed: float,
-                    force: bool = False) -> None:
+    def status_line(
+        self, env_steps: list[int], versions: list[int], elapsed: float, force: bool = False
+    ) -> None:
         now = time.time()
         if not force and now - self.last_status < self.cfg.status_interval:
             return
@@ -121,8 +125,11 @@ class PopulationStats:
             w = self._writer(p)
             step = env_steps[p]
             w.add_scalar("perf/fps", fps, step)
-            for name, values in (("reward", self.returns[p]), ("len", self.lengths[p]),
-                                 ("true_objective", self.objectives[p])):
+            for name, values in (
+                ("reward", self.returns[p]),
+                ("len", self.lengths[p]),
+                ("true_objective", self.objectives[p]),
+            ):
                 m = self.mean(values)
                 if m is not None:
                     w.add_scalar(f"episode/{name}", m, step)

@@ -17,8 +17,12 @@ from rl_pbt.models.action_dist import ActionSpec
 from rl_pbt.models.obs import ObsSpec, torch_dtype
 
 FREE, WORKER, QUEUED, LEARNER = 0, 1, 2, 3
-OWNER_NAMES = {FREE: "free pool", WORKER: "rollout worker", QUEUED: "learner queue",
-               LEARNER: "learner"}
+OWNER_NAMES = {
+    FREE: "free pool",
+    WORKER: "rollout worker",
+    QUEUED: "learner queue",
+    LEARNER: "learner",
+}
 
 
 class SlotOwnershipError(RuntimeError):
@@ -44,8 +48,15 @@ class TrajectoryBuffers:
     owner: torch.Tensor  # [S] int8
 
     @classmethod
-    def allocate(cls, num_slots: int, rollout: int, obs_spec: ObsSpec, act: ActionSpec,
-                 rnn_size: int, recurrence: int) -> TrajectoryBuffers:
+    def allocate(
+        cls,
+        num_slots: int,
+        rollout: int,
+        obs_spec: ObsSpec,
+        act: ActionSpec,
+        rnn_size: int,
+        recurrence: int,
+    ) -> TrajectoryBuffers:
         def shared(shape, dtype, fill):
             return torch.full(shape, fill, dtype=dtype).share_memory_()
 
@@ -56,7 +67,9 @@ class TrajectoryBuffers:
             obs[key] = shared((s, t + 1, *shape), tdt, 255 if tdt == torch.uint8 else float("nan"))
         act_fill = -1 if act.dtype == torch.int64 else float("nan")
         return cls(
-            num_slots=s, rollout=t, obs=obs,
+            num_slots=s,
+            rollout=t,
+            obs=obs,
             actions=shared((s, t, act.dim), act.dtype, act_fill),
             log_probs=shared((s, t), torch.float32, float("nan")),
             values=shared((s, t + 1), torch.float32, float("nan")),
@@ -65,16 +78,25 @@ class TrajectoryBuffers:
             valid=shared((s, t), torch.bool, False),
             policy_id=shared((s, t), torch.int16, -1),
             policy_version=shared((s, t), torch.int64, -1),
-            rnn_states=shared((s, t // max(recurrence, 1), rnn_size), torch.float32,
-                              float("nan")),
+            rnn_states=shared((s, t // max(recurrence, 1), rnn_size), torch.float32, float("nan")),
             owner=shared((s,), torch.int8, FREE),
         )
 
     def numpy_views(self) -> dict[str, np.ndarray]:
         """Numpy arrays sharing the same memory (fast small writes in the rollout loop)."""
         views = {f"obs.{k}": v.numpy() for k, v in self.obs.items()}
-        for name in ("actions", "log_probs", "values", "rewards", "dones", "valid",
-                     "policy_id", "policy_version", "rnn_states", "owner"):
+        for name in (
+            "actions",
+            "log_probs",
+            "values",
+            "rewards",
+            "dones",
+            "valid",
+            "policy_id",
+            "policy_version",
+            "rnn_states",
+            "owner",
+        ):
             views[name] = getattr(self, name).numpy()
         return views
 
@@ -87,23 +109,34 @@ class TrajectoryBuffers:
             slot = int(wrong[0])
             raise SlotOwnershipError(
                 f"trajectory slot {slot} is owned by the {OWNER_NAMES[int(owner[slot])]}, "
-                f"expected the {OWNER_NAMES[expected]} (hand-over to the {OWNER_NAMES[new]})")
+                f"expected the {OWNER_NAMES[expected]} (hand-over to the {OWNER_NAMES[new]})"
+            )
         owner[idx] = new
 
     def gather(self, slots: list[int], device: torch.device | str) -> dict[str, torch.Tensor]:
         """Copy the given slots out of shared memory (after this they can be freed)."""
         idx = torch.as_tensor(slots, dtype=torch.long)
         out = {f"obs.{k}": v.index_select(0, idx) for k, v in self.obs.items()}
-        for name in ("actions", "log_probs", "values", "rewards", "dones", "valid",
-                     "policy_id", "policy_version", "rnn_states"):
+        for name in (
+            "actions",
+            "log_probs",
+            "values",
+            "rewards",
+            "dones",
+            "valid",
+            "policy_id",
+            "policy_version",
+            "rnn_states",
+        ):
             out[name] = getattr(self, name).index_select(0, idx)
         if str(device) != "cpu":
             out = {k: v.to(device, non_blocking=True) for k, v in out.items()}
         return out
 
 
-def num_slots_needed(num_actors_total: int, num_policies: int, trajectories_per_iteration: int
-                     ) -> int:
+def num_slots_needed(
+    num_actors_total: int, num_policies: int, trajectories_per_iteration: int
+) -> int:
     """Enough slots that every actor holds one while every learner gathers a full iteration,
     plus one spare per actor so sampling can run ahead of learning."""
     return 2 * num_actors_total + num_policies * trajectories_per_iteration + 1

@@ -21,7 +21,7 @@ def flatten_state(model: nn.Module, out: torch.Tensor) -> None:
     offset = 0
     for t in model.state_dict().values():
         n = t.numel()
-        out[offset:offset + n].copy_(t.reshape(-1))
+        out[offset : offset + n].copy_(t.reshape(-1))
         offset += n
 
 
@@ -30,7 +30,7 @@ def unflatten_state(model: nn.Module, flat: torch.Tensor) -> None:
     with torch.no_grad():
         for t in model.state_dict().values():
             n = t.numel()
-            t.copy_(flat[offset:offset + n].view_as(t))
+            t.copy_(flat[offset : offset + n].view_as(t))
             offset += n
 
 
@@ -42,8 +42,9 @@ class ParamStore:
         self.flat = torch.zeros(num_policies, state_size, dtype=torch.float64).share_memory_()
         self.seq = torch.zeros(num_policies, dtype=torch.int64).share_memory_()
         self.version = torch.zeros(num_policies, dtype=torch.int64).share_memory_()
-        self.transfer = torch.zeros(num_policies, transfer_size,
-                                    dtype=torch.float64).share_memory_()
+        self.transfer = torch.zeros(
+            num_policies, transfer_size, dtype=torch.float64
+        ).share_memory_()
         self.transfer_seq = torch.zeros(num_policies, dtype=torch.int64).share_memory_()
 
     def publish(self, policy_id: int, model: nn.Module, version: int) -> None:
@@ -65,8 +66,9 @@ class ParamStore:
                     unflatten_state(model, buf)
                     return version
             if time.monotonic() > deadline:
-                raise TimeoutError(f"weights of policy {policy_id} stayed mid-write for "
-                                   f"{timeout} s")
+                raise TimeoutError(
+                    f"weights of policy {policy_id} stayed mid-write for {timeout} s"
+                )
             time.sleep(0.0005)
 
     def current_version(self, policy_id: int) -> int:

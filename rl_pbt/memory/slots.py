@@ -18,14 +18,15 @@ class SlotPool:
     def fill(self) -> None:
         """Put every slot in the pool (once, at start)."""
         self.free_queue.put_many(list(range(self.buffers.num_slots))) if hasattr(
-            self.free_queue, "put_many") else [self.free_queue.put(s) for s in
-                                                range(self.buffers.num_slots)]
+            self.free_queue, "put_many"
+        ) else [self.free_queue.put(s) for s in range(self.buffers.num_slots)]
 
     def acquire(self, n: int, timeout: float) -> list[int]:
         """Up to n free slots, waiting at most `timeout` seconds for the first; may return []."""
         try:
-            slots = self.free_queue.get_many(block=timeout > 0, timeout=timeout,
-                                             max_messages_to_get=n)
+            slots = self.free_queue.get_many(
+                block=timeout > 0, timeout=timeout, max_messages_to_get=n
+            )
         except std_queue.Empty:
             return []
         self.buffers.transfer(slots, FREE, WORKER)

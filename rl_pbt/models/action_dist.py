@@ -39,15 +39,17 @@ def action_spec(space: gym.Space) -> ActionSpec:
         nvec = tuple(int(n) for n in np.asarray(space.nvec).reshape(-1))
         return ActionSpec("discrete", nvec, len(nvec))
     if isinstance(space, gym.spaces.Tuple) and all(
-            isinstance(s, gym.spaces.Discrete) for s in space.spaces):
+        isinstance(s, gym.spaces.Discrete) for s in space.spaces
+    ):
         nvec = tuple(int(s.n) for s in space.spaces)
         return ActionSpec("discrete", nvec, len(nvec))
     if isinstance(space, gym.spaces.Box):
         low = tuple(float(x) for x in np.asarray(space.low).reshape(-1))
         high = tuple(float(x) for x in np.asarray(space.high).reshape(-1))
         return ActionSpec("continuous", (), int(np.prod(space.shape)), low, high)
-    raise ValueError(f"unsupported action space {space}: use Discrete, MultiDiscrete, "
-                     f"Tuple of Discrete, or Box")
+    raise ValueError(
+        f"unsupported action space {space}: use Discrete, MultiDiscrete, Tuple of Discrete, or Box"
+    )
 
 
 def to_env_action(spec: ActionSpec, space: gym.Space, row: np.ndarray):
@@ -84,7 +86,7 @@ class ActionDistribution:
             actions = actions.long()
             total = 0.0
             for i, ls in enumerate(self.log_softmax):
-                total = total + ls.gather(-1, actions[..., i:i + 1]).squeeze(-1)
+                total = total + ls.gather(-1, actions[..., i : i + 1]).squeeze(-1)
             return total
         var = (2 * self.log_std).exp()
         lp = -((actions - self.mean) ** 2) / (2 * var) - self.log_std - 0.5 * math.log(2 * math.pi)

@@ -25,15 +25,19 @@ def mlp(in_size: int, layers: list[int], act: type[nn.Module]) -> tuple[nn.Modul
     return nn.Sequential(*modules), in_size
 
 
-def conv_encoder(shape: tuple[int, ...], architecture: str, act: type[nn.Module]
-                 ) -> tuple[nn.Module, int]:
+def conv_encoder(
+    shape: tuple[int, ...], architecture: str, act: type[nn.Module]
+) -> tuple[nn.Module, int]:
     if architecture != "convnet_simple":
         raise ValueError(f"--encoder_conv_architecture={architecture!r}: allowed: convnet_simple")
     c = shape[0]
     net = nn.Sequential(
-        nn.Conv2d(c, 32, 8, stride=4), act(),
-        nn.Conv2d(32, 64, 4, stride=2), act(),
-        nn.Conv2d(64, 128, 3, stride=2), act(),
+        nn.Conv2d(c, 32, 8, stride=4),
+        act(),
+        nn.Conv2d(32, 64, 4, stride=2),
+        act(),
+        nn.Conv2d(64, 128, 3, stride=2),
+        act(),
         nn.Flatten(),
     )
     with torch.no_grad():
@@ -59,8 +63,10 @@ class ActorCritic(nn.Module):
                 if self.normalize_input:
                     self.obs_norms[key] = RunningMeanStd(shape)
             else:
-                raise ValueError(f"observation {key!r} with shape {shape}: expected a vector or "
-                                 f"a channels-first image")
+                raise ValueError(
+                    f"observation {key!r} with shape {shape}: expected a vector or "
+                    f"a channels-first image"
+                )
             self.encoders[key] = net
             total += out
         if any(self.obs_spec.is_image(k) for k in self.obs_spec.keys):
@@ -124,8 +130,14 @@ class ActorCritic(nn.Module):
         return actions, d.log_prob(actions), values, rnn_state
 
     # --- learning: trajectories [N, T] ---------------------------------------------------
-    def evaluate(self, obs: dict[str, Tensor], actions: Tensor, rnn_states: Tensor | None,
-                 dones: Tensor, recurrence: int):
+    def evaluate(
+        self,
+        obs: dict[str, Tensor],
+        actions: Tensor,
+        rnn_states: Tensor | None,
+        dones: Tensor,
+        recurrence: int,
+    ):
         """obs[k]: [N, T, ...]; actions [N, T, dim]; rnn_states [N, T // recurrence, H] (state
         before each chunk); dones [N, T]. Returns log-probs, entropy, normalised values [N, T]."""
         n, t = actions.shape[:2]
@@ -148,7 +160,7 @@ class ActorCritic(nn.Module):
         keep = 1.0 - dones.view(n * chunks, recurrence).transpose(0, 1).float()
         outs = []
         for step in range(recurrence):
-            out, hn = self.core(x[step:step + 1], h.unsqueeze(0))
+            out, hn = self.core(x[step : step + 1], h.unsqueeze(0))
             outs.append(out.squeeze(0))
             h = hn.squeeze(0) * keep[step].unsqueeze(-1)
         y = torch.stack(outs, 0).transpose(0, 1)  # [N*C, R, H]

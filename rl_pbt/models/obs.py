@@ -34,13 +34,15 @@ def obs_spec(space: gym.Space) -> ObsSpec:
     elif isinstance(space, gym.spaces.Discrete):
         subspaces = [("obs", gym.spaces.Box(0, 1, (int(space.n),), np.float32))]
     else:
-        raise ValueError(f"unsupported observation space {space}: use Box, Discrete or a Dict "
-                         f"of Boxes")
+        raise ValueError(
+            f"unsupported observation space {space}: use Box, Discrete or a Dict of Boxes"
+        )
     keys, shapes, dtypes = [], [], []
     for key, sub in subspaces:
         if not isinstance(sub, gym.spaces.Box):
-            raise ValueError(f"observation key {key!r}: only Box subspaces are supported, got "
-                             f"{sub}")
+            raise ValueError(
+                f"observation key {key!r}: only Box subspaces are supported, got {sub}"
+            )
         keys.append(key)
         shapes.append(tuple(int(x) for x in sub.shape))
         dtypes.append(np.dtype(np.uint8) if sub.dtype == np.uint8 else np.dtype(np.float32))

@@ -25,8 +25,11 @@ def visible_gpu_count(device_flag: str = "auto") -> int:
     return n
 
 
-def device_map(num_policies: int, num_gpus: int, device_flag: str = "auto",
-               ) -> dict[int, str]:
+def device_map(
+    num_policies: int,
+    num_gpus: int,
+    device_flag: str = "auto",
+) -> dict[int, str]:
     return {p: policy_device(p, num_gpus, device_flag) for p in range(num_policies)}
 
 

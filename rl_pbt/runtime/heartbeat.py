@@ -10,12 +10,20 @@ import time
 import torch
 
 ACTIVITIES = [
-    "starting", "stepping env {detail}", "running inference for policy {detail}",
-    "waiting for a free trajectory slot", "waiting for trajectories", "training",
-    "saving a checkpoint", "applying a PBT update", "stopped", "resetting env {detail}",
+    "starting",
+    "stepping env {detail}",
+    "running inference for policy {detail}",
+    "waiting for a free trajectory slot",
+    "waiting for trajectories",
+    "training",
+    "saving a checkpoint",
+    "applying a PBT update",
+    "stopped",
+    "resetting env {detail}",
 ]
 STARTING, STEPPING, INFERENCE, WAIT_SLOT, WAIT_DATA, TRAINING, SAVING, PBT, STOPPED, RESETTING = (
-    range(len(ACTIVITIES)))
+    range(len(ACTIVITIES))
+)
 
 
 class Heartbeats:
@@ -30,8 +38,12 @@ class Heartbeats:
         self._det_np = self.detail.numpy()
 
     def __getstate__(self):
-        return {"names": self.names, "stamp": self.stamp, "activity": self.activity,
-                "detail": self.detail}
+        return {
+            "names": self.names,
+            "stamp": self.stamp,
+            "activity": self.activity,
+            "detail": self.detail,
+        }
 
     def __setstate__(self, state):
         self.__dict__.update(state)
@@ -53,5 +65,8 @@ class Heartbeats:
 
     def stale(self, timeout: float) -> list[tuple[int, float]]:
         now = time.time()
-        return [(i, self.silent_for(i, now)) for i in range(len(self.names))
-                if self._act_np[i] != STOPPED and self.silent_for(i, now) > timeout]
+        return [
+            (i, self.silent_for(i, now))
+            for i in range(len(self.names))
+            if self._act_np[i] != STOPPED and self.silent_for(i, now) > timeout
+        ]

@@ -147,8 +147,9 @@ class LocalQueue:
             raise std_queue.Empty
         return self._items.popleft()
 
-    def get_many(self, block: bool = True, timeout: float = 0.0, max_messages_to_get: int = 10**9
-                 ) -> list[Any]:
+    def get_many(
+        self, block: bool = True, timeout: float = 0.0, max_messages_to_get: int = 10**9
+    ) -> list[Any]:
         if not self._items:
             raise std_queue.Empty
         n = min(len(self._items), max_messages_to_get)

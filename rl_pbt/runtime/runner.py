@@ -89,8 +89,9 @@ class Runner:
         num_gpus = 0 if cfg.serial_mode else visible_gpu_count(cfg.device)
         self.device_of = device_map(cfg.num_policies, num_gpus, cfg.device)
 
-        probe = as_multiagent(make_env(cfg.env, cfg, {"worker_index": -1, "vector_index": 0,
-                                                      "env_id": -1}))
+        probe = as_multiagent(
+            make_env(cfg.env, cfg, {"worker_index": -1, "vector_index": 0, "env_id": -1})
+        )
         self.obs_space, self.action_space = probe.observation_space, probe.action_space
         self.num_agents = int(probe.num_agents)
         target = reward_shaping_target(probe)
@@ -102,8 +103,13 @@ class Runner:
         traj_per_iter = cfg.batch_size * cfg.num_batches_per_epoch // cfg.rollout
         actors = cfg.num_workers * cfg.num_envs_per_worker * self.num_agents
         self.buffers = TrajectoryBuffers.allocate(
-            num_slots_needed(actors, cfg.num_policies, traj_per_iter), cfg.rollout,
-            template.obs_spec, template.act_spec, template.rnn_size, recurrence(cfg))
+            num_slots_needed(actors, cfg.num_policies, traj_per_iter),
+            cfg.rollout,
+            template.obs_spec,
+            template.act_spec,
+            template.rnn_size,
+            recurrence(cfg),
+        )
         self.use_snapshots = cfg.selfplay_snapshot_prob > 0 and self.num_agents > 1
         rows = cfg.num_policies + (cfg.selfplay_snapshot_pool_size if self.use_snapshots else 0)
         self.params = ParamStore(rows, flat_state_size(template), transfer_size(template))
@@ -112,11 +118,13 @@ class Runner:
         self.pool.fill()
 
         self.report_queue = make_queue(cfg.serial_mode, max_size_bytes=20_000_000)
-        self.learner_queues = [make_queue(cfg.serial_mode, max_size_bytes=8_000_000)
-                               for _ in range(cfg.num_policies)]
+        self.learner_queues = [
+            make_queue(cfg.serial_mode, max_size_bytes=8_000_000) for _ in range(cfg.num_policies)
+        ]
         self.worker_queues = [make_queue(cfg.serial_mode) for _ in range(cfg.num_workers)]
-        names = ([f"rollout worker {i}" for i in range(cfg.num_workers)]
-                 + [f"learner {p}" for p in range(cfg.num_policies)])
+        names = [f"rollout worker {i}" for i in range(cfg.num_workers)] + [
+            f"learner {p}" for p in range(cfg.num_policies)
+        ]
         self.heartbeats = hb.Heartbeats(names)
         self.stop_flag = torch.zeros(1, dtype=torch.int32).share_memory_()
 
@@ -124,8 +132,11 @@ class Runner:
         self.env_steps = [0] * cfg.num_policies
         self.versions = [0] * cfg.num_policies
         self.pbt = self._make_pbt()
-        self.elo = EloRatings.from_dict(read_json(self._elo_path(), {})) if os.path.isfile(
-            self._elo_path()) else EloRatings()
+        self.elo = (
+            EloRatings.from_dict(read_json(self._elo_path(), {}))
+            if os.path.isfile(self._elo_path())
+            else EloRatings()
+        )
         self.snapshots = SnapshotPool(cfg.selfplay_snapshot_pool_size)
         self.snapshot_rows: dict[str, int] = {}
         self.last_snapshot_steps = [0] * cfg.num_policies
@@ -141,8 +152,14 @@ class Runner:
             return None
         from rl_pbt.pbt.manager import PBTManager
 
-        return PBTManager(self.cfg, self.num_policies, default_hparams(self.cfg),
-                          self.default_shaping, self.exp_dir, seed=self.cfg.seed)
+        return PBTManager(
+            self.cfg,
+            self.num_policies,
+            default_hparams(self.cfg),
+            self.default_shaping,
+            self.exp_dir,
+            seed=self.cfg.seed,
+        )
 
     def _elo_path(self) -> str:
         return os.path.join(self.exp_dir, "elo.json")
@@ -162,9 +179,11 @@ class Runner:
 
     def run(self) -> int:
         cfg = self.cfg
-        log(f"experiment {self.exp_dir} ({'resuming' if self.resuming else 'new'}); "
+        log(
+            f"experiment {self.exp_dir} ({'resuming' if self.resuming else 'new'}); "
             f"{cfg.num_policies} policies on {describe(self.device_of)}; {self.n_params:,} "
-            f"parameters per policy; {self.buffers.num_slots} trajectory slots")
+            f"parameters per policy; {self.buffers.num_slots} trajectory slots"
+        )
         if cfg.with_pbt and self.default_shaping is not None:
             log(f"PBT tunes reward shaping too: {self.default_shaping}")
         try:
@@ -179,30 +198,56 @@ class Runner:
         worker_snapshots: dict[str, int] = {}
         ratings = EloRatings()
         matchmaker = make_matchmaker(
-            cfg.matchmaking, cfg.num_policies, cfg.pbt_mix_policies_in_one_env,
-            cfg.selfplay_snapshot_prob if self.use_snapshots else 0.0, ratings=ratings,
-            pool=_LivePool(worker_snapshots))
+            cfg.matchmaking,
+            cfg.num_policies,
+            cfg.pbt_mix_policies_in_one_env,
+            cfg.selfplay_snapshot_prob if self.use_snapshots else 0.0,
+            ratings=ratings,
+            pool=_LivePool(worker_snapshots),
+        )
         worker = RolloutWorker(
-            cfg, worker_idx, partial(_make_env_for, cfg), self.make_model, self.buffers,
-            self.pool, self.params, self.learner_queues, self.report_queue, matchmaker,
-            self.heartbeats, worker_idx, should_stop, blocking=blocking)
+            cfg,
+            worker_idx,
+            partial(_make_env_for, cfg),
+            self.make_model,
+            self.buffers,
+            self.pool,
+            self.params,
+            self.learner_queues,
+            self.report_queue,
+            matchmaker,
+            self.heartbeats,
+            worker_idx,
+            should_stop,
+            blocking=blocking,
+        )
         worker.snapshot_store = worker_snapshots
         worker.ratings = ratings
         return worker
 
     def _learner_factory(self, policy_id: int) -> Learner:
-        return Learner(self.cfg, policy_id, self.make_model(), self.buffers, self.pool,
-                       self.params, self.device_of[policy_id], self.exp_dir)
+        return Learner(
+            self.cfg,
+            policy_id,
+            self.make_model(),
+            self.buffers,
+            self.pool,
+            self.params,
+            self.device_of[policy_id],
+            self.exp_dir,
+        )
 
     def _run_serial(self) -> int:
         cfg = self.cfg
         learners = {p: self._learner_factory(p) for p in range(self.num_policies)}
-        host = LearnerHost(learners, _MergedQueue(self.learner_queues), self.learner_queues,
-                           self.report_queue)
+        host = LearnerHost(
+            learners, _MergedQueue(self.learner_queues), self.learner_queues, self.report_queue
+        )
         host.start(self.resuming)
         self._initial_messages()
-        workers = [self._worker_factory(i, lambda: False, blocking=False)
-                   for i in range(cfg.num_workers)]
+        workers = [
+            self._worker_factory(i, lambda: False, blocking=False) for i in range(cfg.num_workers)
+        ]
         status = 0
         try:
             while True:
@@ -228,17 +273,41 @@ class Runner:
         ctx = multiprocessing.get_context("fork" if sys.platform.startswith("linux") else "spawn")
         snap = registry_snapshot()
         for p in range(self.num_policies):
-            proc = ctx.Process(target=learner_process_main, name=f"learner_{p}", daemon=True,
-                               args=(self._learner_factory, p, self.learner_queues[p],
-                                     self.learner_queues, self.report_queue, self.heartbeats,
-                                     cfg.num_workers + p, self.resuming, snap))
+            proc = ctx.Process(
+                target=learner_process_main,
+                name=f"learner_{p}",
+                daemon=True,
+                args=(
+                    self._learner_factory,
+                    p,
+                    self.learner_queues[p],
+                    self.learner_queues,
+                    self.report_queue,
+                    self.heartbeats,
+                    cfg.num_workers + p,
+                    self.resuming,
+                    snap,
+                ),
+            )
             proc.start()
             self.processes.append(proc)
         self._initial_messages()
         for w in range(cfg.num_workers):
-            proc = ctx.Process(target=worker_process_main, name=f"rollout_worker_{w}", daemon=True,
-                               args=(self._worker_factory, w, self.worker_queues[w],
-                                     self.report_queue, self.stop_flag, self.heartbeats, w, snap))
+            proc = ctx.Process(
+                target=worker_process_main,
+                name=f"rollout_worker_{w}",
+                daemon=True,
+                args=(
+                    self._worker_factory,
+                    w,
+                    self.worker_queues[w],
+                    self.report_queue,
+                    self.stop_flag,
+                    self.heartbeats,
+                    w,
+                    snap,
+                ),
+            )
             proc.start()
             self.processes.append(proc)
         status = 0
@@ -256,17 +325,20 @@ class Runner:
 
     # --- health -----------------------------------------------------------------------------
     def _check_health(self) -> None:
-        for i, proc in enumerate(self.processes):
+        for proc in self.processes:
             if proc.exitcode is not None and not self.stop_flag[0]:
                 idx = self._hb_index(proc.name)
                 raise ComponentFailure(
                     f"{self.heartbeats.names[idx]} died (exit code {proc.exitcode}) while "
-                    f"{self.heartbeats.describe(idx)}")
+                    f"{self.heartbeats.describe(idx)}"
+                )
         stale = self.heartbeats.stale(self.cfg.heartbeat_timeout)
         if stale:
             idx, silent = stale[0]
-            raise ComponentFailure(f"{self.heartbeats.names[idx]} stopped answering "
-                                   f"{silent:.0f} s ago while {self.heartbeats.describe(idx)}")
+            raise ComponentFailure(
+                f"{self.heartbeats.names[idx]} stopped answering "
+                f"{silent:.0f} s ago while {self.heartbeats.describe(idx)}"
+            )
 
     def _hb_index(self, proc_name: str) -> int:
         kind, _, num = proc_name.rpartition("_")
@@ -289,8 +361,9 @@ class Runner:
                 proc.terminate()
         self._consume_reports()
         self._save_side_state()
-        self.stats.status_line(self.env_steps, self.versions, time.time() - self.start_time,
-                               force=True)
+        self.stats.status_line(
+            self.env_steps, self.versions, time.time() - self.start_time, force=True
+        )
 
     # --- the observer loop ------------------------------------------------------------------
     def _tick(self, final: bool = False) -> bool:
@@ -328,8 +401,9 @@ class Runner:
                             objective = ep.episode_return
                         self.pbt.record_episode(ep.policy_id, objective)
                 for match in msg.matches:
-                    for team_a, team_b, score in matches_from_episode(match.seats, match.teams,
-                                                                      match.objectives):
+                    for team_a, team_b, score in matches_from_episode(
+                        match.seats, match.teams, match.objectives
+                    ):
                         self.elo.record_match(team_a, team_b, score)
             elif isinstance(msg, LearnerReport):
                 self.env_steps[msg.policy_id] = msg.env_steps
@@ -337,8 +411,11 @@ class Runner:
                 self.stats.add_train(msg)
             elif isinstance(msg, LearnerEvent):
                 if msg.kind == "error":
-                    raise ComponentFailure(f"learner {msg.policy_id} failed:\n{msg.detail}"
-                                           if msg.policy_id >= 0 else msg.detail)
+                    raise ComponentFailure(
+                        f"learner {msg.policy_id} failed:\n{msg.detail}"
+                        if msg.policy_id >= 0
+                        else msg.detail
+                    )
                 if msg.kind == "loaded":
                     log(f"policy {msg.policy_id}: {msg.detail}")
 
@@ -363,7 +440,8 @@ class Runner:
         changed = False
         for p in range(self.num_policies):
             if self.env_steps[p] - self.last_snapshot_steps[p] < (
-                    self.cfg.selfplay_snapshot_every_env_steps):
+                self.cfg.selfplay_snapshot_every_env_steps
+            ):
                 continue
             self.last_snapshot_steps[p] = self.env_steps[p]
             sid = snapshot_id(p, self.env_steps[p])
@@ -430,4 +508,3 @@ class _LivePool:
 def run(cfg: Cfg) -> int:
     np.set_printoptions(precision=3)
     return Runner(cfg).run()
-

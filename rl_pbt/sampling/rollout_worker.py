@@ -39,12 +39,23 @@ class StopRequested(Exception):
 
 
 class RolloutWorker:
-    def __init__(self, cfg, worker_idx: int, make_env: Callable[[dict], Any],
-                 make_model: Callable[[], ActorCritic], buffers: TrajectoryBuffers,
-                 slot_pool: SlotPool, params: ParamStore, learner_queues: list,
-                 report_queue, matchmaker, heartbeats: Optional[hb.Heartbeats] = None,
-                 heartbeat_idx: int = 0, should_stop: Callable[[], bool] = lambda: False,
-                 blocking: bool = True):
+    def __init__(
+        self,
+        cfg,
+        worker_idx: int,
+        make_env: Callable[[dict], Any],
+        make_model: Callable[[], ActorCritic],
+        buffers: TrajectoryBuffers,
+        slot_pool: SlotPool,
+        params: ParamStore,
+        learner_queues: list,
+        report_queue,
+        matchmaker,
+        heartbeats: Optional[hb.Heartbeats] = None,
+        heartbeat_idx: int = 0,
+        should_stop: Callable[[], bool] = lambda: False,
+        blocking: bool = True,
+    ):
         self.cfg = cfg
         self.idx = worker_idx
         self.buffers = buffers
@@ -62,16 +73,20 @@ class RolloutWorker:
         self.num_policies = cfg.num_policies
         self.T = cfg.rollout
         self.rec = recurrence(cfg)
-        self.target_key = "true_objective" if cfg.pbt_target_objective == "elo" else (
-            cfg.pbt_target_objective)
+        self.target_key = (
+            "true_objective" if cfg.pbt_target_objective == "elo" else (cfg.pbt_target_objective)
+        )
 
         self._beat(hb.STARTING)
         self.envs = []
         for e in range(cfg.num_envs_per_worker):
             env_id = worker_idx * cfg.num_envs_per_worker + e
             self._beat(hb.RESETTING, e)
-            self.envs.append(as_multiagent(make_env(
-                {"worker_index": worker_idx, "vector_index": e, "env_id": env_id})))
+            self.envs.append(
+                as_multiagent(
+                    make_env({"worker_index": worker_idx, "vector_index": e, "env_id": env_id})
+                )
+            )
         env0 = self.envs[0]
         self.obs_space, self.action_space = env0.observation_space, env0.action_space
         self.num_agents = int(env0.num_agents)
@@ -192,8 +207,10 @@ class RolloutWorker:
 
     # --- the step -------------------------------------------------------------------------
     def step(self) -> None:
-        actions = np.zeros((self.num_actors, self.act_spec.dim),
-                           dtype=np.int64 if self.act_spec.kind == "discrete" else np.float32)
+        actions = np.zeros(
+            (self.num_actors, self.act_spec.dim),
+            dtype=np.int64 if self.act_spec.kind == "discrete" else np.float32,
+        )
         groups: dict[Any, list[int]] = {}
         for i, seat in enumerate(self.seat):
             groups.setdefault(seat, []).append(i)
@@ -227,7 +244,8 @@ class RolloutWorker:
                 chunk_start = ts % self.rec == 0
                 if chunk_start.any():
                     self.np["rnn_states"][slots[chunk_start], ts[chunk_start] // self.rec] = (
-                        h_before[torch.from_numpy(chunk_start)].numpy())
+                        h_before[torch.from_numpy(chunk_start)].numpy()
+                    )
             for j, actor in enumerate(actors):
                 old = bootstrap_actors.get(actor)
                 if old is not None:
@@ -240,8 +258,10 @@ class RolloutWorker:
         for e, env in enumerate(self.envs):
             self._beat(hb.STEPPING, e)
             base = e * self.num_agents
-            env_actions = [to_env_action(self.act_spec, self.action_space, actions[base + a])
-                           for a in range(self.num_agents)]
+            env_actions = [
+                to_env_action(self.act_spec, self.action_space, actions[base + a])
+                for a in range(self.num_agents)
+            ]
             obs, rew, term, trunc, infos = env.step(env_actions)
             self._record(e, obs, rew, term, trunc, infos, finished)
         self._send(finished)
@@ -274,12 +294,17 @@ class RolloutWorker:
         if dones.all():
             if n > 1:
                 key = self.target_key
-                self.matches.append(MatchResult(
-                    seats=[self.seat[base + a] for a in range(n)],
-                    teams=[int(infos[a].get("team", a)) for a in range(n)],
-                    objectives=[float(infos[a].get(key, infos[a].get("true_objective", 0.0)))
-                                for a in range(n)]))
-            old_seats = self.seat[base:base + n]
+                self.matches.append(
+                    MatchResult(
+                        seats=[self.seat[base + a] for a in range(n)],
+                        teams=[int(infos[a].get("team", a)) for a in range(n)],
+                        objectives=[
+                            float(infos[a].get(key, infos[a].get("true_objective", 0.0)))
+                            for a in range(n)
+                        ],
+                    )
+                )
+            old_seats = self.seat[base : base + n]
             self._assign_seats(e)
             for a in range(n):
                 i = base + a
@@ -302,8 +327,13 @@ class RolloutWorker:
         extra = {k: float(v) for k, v in info.get("episode_extra_stats", {}).items()}
         if "true_objective" in info and self.target_key != "true_objective":
             extra["true_objective"] = float(info["true_objective"])
-        return EpisodeStats(self.seat[i], float(self.ep_return[i]), int(self.ep_len[i]),
-                            None if objective is None else float(objective), extra)
+        return EpisodeStats(
+            self.seat[i],
+            float(self.ep_return[i]),
+            int(self.ep_len[i]),
+            None if objective is None else float(objective),
+            extra,
+        )
 
     def _finish_full(self, i: int) -> None:
         """A full trajectory: its bootstrap value comes from the next forward pass."""
@@ -350,8 +380,9 @@ class RolloutWorker:
     def _maybe_report(self, force: bool = False) -> None:
         now = time.monotonic()
         if force or now - self.last_report > 0.5:
-            self.report_queue.put(WorkerReport(self.idx, self.episodes, self.matches,
-                                               self.steps_since_report))
+            self.report_queue.put(
+                WorkerReport(self.idx, self.episodes, self.matches, self.steps_since_report)
+            )
             self.episodes, self.matches = [], []
             self.steps_since_report = 0
             self.last_report = now

@@ -14,8 +14,16 @@ from rl_pbt.runtime.messages import LearnerEvent, Stop, drain
 from rl_pbt.sampling.rollout_worker import StopRequested
 
 
-def worker_process_main(make_worker, worker_idx: int, control_queue, report_queue, stop_flag,
-                        heartbeats, hb_idx: int, registry_snapshot) -> None:
+def worker_process_main(
+    make_worker,
+    worker_idx: int,
+    control_queue,
+    report_queue,
+    stop_flag,
+    heartbeats,
+    hb_idx: int,
+    registry_snapshot,
+) -> None:
     torch.set_num_threads(1)
     from rl_pbt.envs.registry import restore_registry
 
@@ -32,8 +40,9 @@ def worker_process_main(make_worker, worker_idx: int, control_queue, report_queu
     except (StopRequested, KeyboardInterrupt):
         pass
     except Exception:
-        report_queue.put(LearnerEvent(-1, "error", f"rollout worker {worker_idx}: "
-                                      f"{traceback.format_exc()}"))
+        report_queue.put(
+            LearnerEvent(-1, "error", f"rollout worker {worker_idx}: {traceback.format_exc()}")
+        )
         raise
     finally:
         if worker is not None:
