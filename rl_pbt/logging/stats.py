@@ -148,6 +148,25 @@ class PopulationStats:
                     for k, v in _flat(shaping).items():
                         w.add_scalar(f"pbt/rew.{k}", v, step)
 
+    def summary(self, env_steps: list[int]) -> dict:
+        """Final figures of the run (written to summary.json by the runner)."""
+        policies = {}
+        for p in range(self.n):
+            policies[str(p)] = {
+                "env_steps": env_steps[p],
+                "episodes": self.episodes_total[p],
+                "mean_return": self.mean(self.returns[p]),
+                "mean_length": self.mean(self.lengths[p]),
+                "mean_objective": self.mean(self.objectives[p]),
+                "recent_returns": list(self.returns[p]),
+            }
+        steady = self.fps_history[len(self.fps_history) // 2 :]
+        return {
+            "frames": self.frames_total,
+            "fps_median_second_half": float(np.median(steady)) if steady else None,
+            "policies": policies,
+        }
+
     def close(self) -> None:
         for w in self.writers.values():
             w.close()

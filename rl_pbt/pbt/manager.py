@@ -116,18 +116,18 @@ class PBTManager:
         self.hparams: list[dict[str, Any]] = []
         self._shaping_flat: list[Optional[dict[str, float]]] = []
         self.shaping: list[Optional[dict]] = []
-        self.last_update: list[Optional[int]] = []
+        self.last_update: list[int] = []
         self._windows: list[deque] = []
         self.rng = np.random.default_rng(seed if seed is not None else getattr(cfg, "seed", None))
 
         if os.path.isfile(self.state_path):
-            self._restore(read_json(self.state_path))
+            self._restore(read_json(self.state_path), base_hparams, base_shaping)
             self._write_policy_files(range(num_policies))
         else:
             for _ in range(num_policies):
                 self.hparams.append(dict(base_hparams))
                 self._shaping_flat.append(None if base_shaping is None else dict(base_shaping))
-                self.last_update.append(None)
+                self.last_update.append(0)
                 self._windows.append(deque(maxlen=self.window))
             self._refresh_shaping()
             self._write_policy_files(range(num_policies))
@@ -164,17 +164,24 @@ class PBTManager:
             },
         )
 
-    def _restore(self, state: dict) -> None:
+    def _restore(
+        self, state: dict, base_hparams: dict[str, Any], base_shaping: Optional[dict[str, float]]
+    ) -> None:
+        """Saved values win; parameters the saved state lacks start from the defaults, and
+        shaping leaves the env no longer has are dropped."""
         if state.get("num_policies") != self.num_policies:
             raise ValueError(
                 f"{self.state_path} holds PBT state for {state.get('num_policies')} policies, "
                 f"this run has {self.num_policies}; use a new experiment or restart_behavior"
             )
-        self.hparams = [dict(h) for h in state["hparams"]]
-        self._shaping_flat = [None if s is None else dict(s) for s in state["shaping_flat"]]
-        if self.shaping_template is None:
-            self._shaping_flat = [None] * self.num_policies
-        self.last_update = [None if v is None else int(v) for v in state["last_update"]]
+        self.hparams = [{**base_hparams, **h} for h in state["hparams"]]
+        self._shaping_flat = [
+            None
+            if base_shaping is None
+            else {k: (saved or {}).get(k, v) for k, v in base_shaping.items()}
+            for saved in state["shaping_flat"]
+        ]
+        self.last_update = [int(v or 0) for v in state["last_update"]]
         self._windows = [deque(w, maxlen=self.window) for w in state["windows"]]
         self.rng.bit_generator.state = state["rng"]
         self._refresh_shaping()
@@ -214,9 +221,9 @@ class PBTManager:
         """Decisions for every policy that is due, in the order they must be applied.
 
         Due: env_steps[p] - last_update[p] >= pbt_period_env_steps and the whole population is
-        past pbt_start_mutation. The first call of a fresh run only records each policy's
-        starting point. Only policies whose weights or values change get a decision; every due
-        policy's last update moves to its current env steps.
+        past pbt_start_mutation. Only policies whose weights or values change get a decision;
+        every due policy's last update moves to its current env steps. After a resume the
+        restored last updates hold, so a restart alone never triggers a step.
         """
         if len(env_steps) != self.num_policies:
             raise ValueError(
@@ -225,14 +232,7 @@ class PBTManager:
         if self.elo and (ratings is None or len(ratings) != self.num_policies):
             raise ValueError("pbt_target_objective='elo' needs one rating per policy")
         steps = [int(s) for s in env_steps]
-        changed = False
-        for p, s in enumerate(steps):
-            if self.last_update[p] is None:
-                self.last_update[p] = s
-                changed = True
         if min(steps) < self.start:
-            if changed:
-                self.save()
             return []
         due = [p for p in range(self.num_policies) if steps[p] - self.last_update[p] >= self.period]
         decisions = []
@@ -241,7 +241,7 @@ class PBTManager:
             self.last_update[p] = steps[p]
             if decision is not None:
                 decisions.append(decision)
-        if due or changed:
+        if due:
             self.save()
         return decisions
 

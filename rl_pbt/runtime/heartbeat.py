@@ -65,8 +65,10 @@ class Heartbeats:
 
     def stale(self, timeout: float) -> list[tuple[int, float]]:
         now = time.time()
-        return [
-            (i, self.silent_for(i, now))
-            for i in range(len(self.names))
-            if self._act_np[i] != STOPPED and self.silent_for(i, now) > timeout
-        ]
+        out = []
+        for i in range(len(self.names)):
+            # starting (imports, env creation, connecting games) gets a longer grace period
+            limit = timeout * (3 if self._act_np[i] in (STARTING, RESETTING) else 1)
+            if self._act_np[i] != STOPPED and self.silent_for(i, now) > limit:
+                out.append((i, self.silent_for(i, now)))
+        return out

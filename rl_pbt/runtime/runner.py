@@ -99,6 +99,7 @@ class Runner:
         probe.close()
 
         template = self.make_model()
+        _warm_up_imports(template)
         self.n_params = sum(p.numel() for p in template.parameters())
         traj_per_iter = cfg.batch_size * cfg.num_batches_per_epoch // cfg.rollout
         actors = cfg.num_workers * cfg.num_envs_per_worker * self.num_agents
@@ -466,10 +467,24 @@ class Runner:
     def _save_side_state(self) -> None:
         from rl_pbt.logging.files import atomic_write_json
 
+        atomic_write_json(
+            os.path.join(self.exp_dir, "summary.json"), self.stats.summary(self.env_steps)
+        )
         if self.pbt is not None:
             self.pbt.save()
         if len(self.elo):
             atomic_write_json(self._elo_path(), self.elo.to_dict())
+
+
+def _warm_up_imports(model) -> None:
+    """One optimiser step here, before forking, so the modules torch imports lazily on first
+    use are loaded once and shared copy-on-write, instead of slowly in every child."""
+    opt = torch.optim.Adam(model.parameters())
+    loss = sum(p.sum() for p in model.parameters()) * 0.0
+    loss.backward()
+    torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+    opt.step()
+    opt.zero_grad(set_to_none=True)
 
 
 class _MergedQueue:

@@ -91,6 +91,8 @@ class RolloutWorker:
         self.obs_space, self.action_space = env0.observation_space, env0.action_space
         self.num_agents = int(env0.num_agents)
         self.shaping_targets = [reward_shaping_target(env) for env in self.envs]
+        target0 = self.shaping_targets[0]
+        self.default_shaping = target0.get_default_reward_shaping() if target0 else None
 
         self.models: dict[int, ActorCritic] = {}
         self.model_version: dict[int, int] = {}
@@ -162,7 +164,8 @@ class RolloutWorker:
         for a in range(self.num_agents):
             i = e * self.num_agents + a
             p = self.seat[i]
-            shaping = self.shaping.get(p) if self._trains(i) else None
+            # a policy without PBT values (or a frozen snapshot) plays with the env's defaults
+            shaping = (self.shaping.get(p) if self._trains(i) else None) or self.default_shaping
             if shaping is not None and self.installed_shaping.get(i) != id(shaping):
                 target.set_reward_shaping(shaping, a)
                 self.installed_shaping[i] = id(shaping)

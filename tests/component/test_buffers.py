@@ -1,0 +1,58 @@
+import gymnasium as gym
+import numpy as np
+import pytest
+import torch
+
+from rl_pbt.memory.buffers import (
+    FREE,
+    LEARNER,
+    QUEUED,
+    WORKER,
+    SlotOwnershipError,
+    TrajectoryBuffers,
+)
+from rl_pbt.memory.param_store import ParamStore, flat_state_size
+from rl_pbt.memory.slots import SlotPool
+from rl_pbt.models.action_dist import action_spec
+from rl_pbt.models.obs import ObsSpec
+from rl_pbt.runtime.messages import LocalQueue
+
+
+def make_buffers(slots=6):
+    spec = ObsSpec(("obs",), ((3,),), (np.dtype(np.float32),))
+    return TrajectoryBuffers.allocate(slots, 4, spec, action_spec(gym.spaces.Discrete(2)), 0, 1)
+
+
+def test_fresh_buffers_hold_sentinels():
+    b = make_buffers()
+    assert torch.isnan(b.obs["obs"]).all() and torch.isnan(b.rewards).all()
+    assert (b.actions == -1).all() and (b.policy_version == -1).all()
+    assert not b.valid.any()
+
+
+def test_slot_has_one_owner_at_a_time():
+    b = make_buffers()
+    pool = SlotPool(b, LocalQueue())
+    pool.fill()
+    got = pool.acquire(6, timeout=0)
+    assert sorted(got) == list(range(6))
+    assert pool.acquire(1, timeout=0) == []  # empty pool: back-pressure, not a second owner
+    b.transfer(got[:2], WORKER, QUEUED)
+    with pytest.raises(SlotOwnershipError, match="slot"):
+        b.transfer(got[:1], WORKER, QUEUED)  # already queued: a second hand-over is refused
+    b.transfer(got[:2], QUEUED, LEARNER)
+    pool.release(got[:2])
+    with pytest.raises(SlotOwnershipError):
+        pool.release(got[:1])  # freed twice
+    assert (b.owner.numpy()[got[:2]] == FREE).all()
+
+
+def test_param_store_roundtrip_and_versions():
+    net = torch.nn.Linear(3, 2)
+    store = ParamStore(2, flat_state_size(net), 1)
+    store.publish(1, net, version=7)
+    other = torch.nn.Linear(3, 2)
+    assert store.read_into(1, other) == 7
+    for a, b in zip(net.state_dict().values(), other.state_dict().values()):
+        torch.testing.assert_close(a, b)
+    assert store.current_version(0) == 0

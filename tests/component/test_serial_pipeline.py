@@ -1,0 +1,165 @@
+"""Serial mode: rollout -> learner through the real components, in one process."""
+
+import numpy as np
+
+from rl_pbt import parse_cfg, register_env
+from rl_pbt.learning.learner import Learner
+from rl_pbt.learning.learner_process import LearnerHost
+from rl_pbt.runtime.messages import SetRewardShaping
+from rl_pbt.runtime.runner import Runner, _MergedQueue
+from tests.scripted_envs import TaggedMultiAgentEnv
+
+ENVS: dict[int, TaggedMultiAgentEnv] = {}
+
+
+def make_tagged(name, cfg, env_config, render_mode=None):
+    env = TaggedMultiAgentEnv(env_config["env_id"])
+    if env_config["env_id"] >= 0:
+        ENVS[env_config["env_id"]] = env
+    return env
+
+
+register_env("tagged_ma", make_tagged)
+
+
+def build(tmp_path, extra=()):
+    cfg = parse_cfg(
+        [
+            "--env=tagged_ma",
+            "--serial_mode",
+            "--num_policies=3",
+            "--num_workers=2",
+            "--num_envs_per_worker=2",
+            "--rollout=8",
+            "--batch_size=16",
+            "--encoder_mlp_layers",
+            "16",
+            f"--train_dir={tmp_path}",
+            "--experiment=pipe",
+            "--normalize_input=False",
+            "--seed=3",
+            *extra,
+        ]
+    )
+    runner = Runner(cfg)
+    received: dict[int, list] = {p: [] for p in range(cfg.num_policies)}
+
+    class RecordingLearner(Learner):
+        def add(self, slots):
+            super().add(slots)
+            b = self.buffers
+            for s in slots:
+                valid = b.valid[s].numpy()
+                received[self.policy_id].append(
+                    (
+                        b.obs["obs"][s, :-1].numpy()[valid],
+                        b.policy_id[s].numpy()[valid],
+                        b.rewards[s].numpy(),
+                        b.log_probs[s].numpy(),
+                        b.values[s].numpy(),
+                    )
+                )
+
+    learners = {
+        p: RecordingLearner(
+            cfg,
+            p,
+            runner.make_model(),
+            runner.buffers,
+            runner.pool,
+            runner.params,
+            "cpu",
+            runner.exp_dir,
+        )
+        for p in range(cfg.num_policies)
+    }
+    host = LearnerHost(
+        learners, _MergedQueue(runner.learner_queues), runner.learner_queues, runner.report_queue
+    )
+    host.start(resume=False)
+    seats_log: dict[tuple[int, int], list] = {}
+    workers = []
+    for w in range(cfg.num_workers):
+        worker = runner._worker_factory(w, lambda: False, blocking=False)
+        original = worker._assign_seats
+
+        def logged(e, worker=worker, original=original):
+            original(e)
+            env = worker.envs[e]
+            n = worker.num_agents
+            seats_log[(env.env_id, env.episode)] = worker.seat[e * n : (e + 1) * n]
+
+        worker._assign_seats = logged
+        for e in range(len(worker.envs)):  # seats of the first episodes were drawn in __init__
+            env = worker.envs[e]
+            seats_log[(env.env_id, env.episode)] = worker.seat[e * 3 : (e + 1) * 3]
+        workers.append(worker)
+    return cfg, runner, host, workers, received, seats_log
+
+
+def test_every_sample_reaches_the_learner_of_its_own_policy(tmp_path):
+    ENVS.clear()
+    cfg, runner, host, workers, received, seats_log = build(tmp_path)
+    for _ in range(400):
+        for worker in workers:
+            worker.step()
+        host.poll(timeout=0.0)
+    counts = {p: 0 for p in range(cfg.num_policies)}
+    for p, items in received.items():
+        for obs, pids, rewards, logp, values in items:
+            assert (pids == p).all()
+            # finite data wherever it is read: no sentinel survived
+            assert np.isfinite(rewards).all() and np.isfinite(logp).all()
+            assert np.isfinite(values).all()
+            for env_id, episode, agent, _ in obs.astype(int):
+                assert seats_log[(env_id, episode)][agent] == p
+            counts[p] += len(obs)
+    assert all(c > 0 for c in counts.values()), counts
+    # what the envs emitted per policy = what learners received + what is still in flight
+    emitted = {p: 0 for p in range(cfg.num_policies)}
+    for env in ENVS.values():
+        for (episode, agent), n in env.emitted.items():
+            emitted[seats_log[(env.env_id, episode)][agent]] += n
+    in_flight = {p: 0 for p in range(cfg.num_policies)}
+    for worker in workers:
+        for i, seat in enumerate(worker.seat):
+            in_flight[seat] += int(worker.t[i])
+        for i, _ in worker.pending_bootstrap:
+            in_flight[worker.seat[i]] += cfg.rollout
+    for p in emitted:
+        assert emitted[p] == counts[p] + in_flight[p], (p, emitted, counts, in_flight)
+
+
+def test_learner_trains_and_publishes_new_versions(tmp_path):
+    cfg, runner, host, workers, received, _ = build(tmp_path)
+    for _ in range(200):
+        for worker in workers:
+            worker.step()
+        host.poll(timeout=0.0)
+    versions = [runner.params.current_version(p) for p in range(cfg.num_policies)]
+    assert all(v > 0 for v in versions), versions
+    # workers act with the published weights
+    for worker in workers:
+        for p, v in worker.model_version.items():
+            assert v > 0 and v <= runner.params.current_version(p)
+
+
+def test_reward_shaping_reaches_envs_before_next_episode(tmp_path):
+    ENVS.clear()
+    cfg, runner, host, workers, _, seats_log = build(tmp_path)
+    for worker in workers:
+        worker.handle(SetRewardShaping(1, {"bonus": 5.0}))
+    for _ in range(120):  # every env finishes at least one episode (<= 40 steps)
+        for worker in workers:
+            worker.step()
+        host.poll(timeout=0.0)
+    seen = 0
+    for env in ENVS.values():
+        for shaping, agent in env.shaping_calls:
+            assert shaping in ({"bonus": 5.0}, {"bonus": 0.0})  # policy 1's, or the default
+            seen += shaping == {"bonus": 5.0}
+        # current episode: agents played by policy 1 carry the bonus, others do not
+        seats = seats_log[(env.env_id, env.episode)]
+        for agent, p in enumerate(seats):
+            assert env.bonus[agent] == (5.0 if p == 1 else 0.0)
+    assert seen > 0

@@ -1,0 +1,55 @@
+"""Short real runs: CartPole-v1 learns, in parallel mode (2 policies) and serial mode."""
+
+import json
+import os
+
+from rl_pbt import parse_cfg, train
+
+FLAGS = [
+    "--env=CartPole-v1",
+    "--num_envs_per_worker=8",
+    "--rollout=32",
+    "--batch_size=512",
+    "--encoder_mlp_layers",
+    "64",
+    "64",
+    "--learning_rate=3e-4",
+    "--stats_avg=20",
+    "--train_for_env_steps=300000",
+    "--save_every_sec=30",
+    "--seed=1",
+    "--status_interval=10",
+    "--exploration_loss_coeff=0.0",
+]
+
+
+def last20(exp_dir):
+    with open(os.path.join(exp_dir, "summary.json")) as f:
+        summary = json.load(f)
+    return {
+        int(p): (s["mean_return"], len(s["recent_returns"]), s["env_steps"])
+        for p, s in summary["policies"].items()
+    }
+
+
+def test_parallel_two_policies_learn(tmp_path):
+    cfg = parse_cfg(
+        FLAGS
+        + ["--num_workers=2", "--num_policies=2", f"--train_dir={tmp_path}", "--experiment=cp2"]
+    )
+    assert train(cfg) == 0
+    result = last20(os.path.join(tmp_path, "cp2"))
+    for p, (mean_return, n, steps) in result.items():
+        assert n == 20
+        assert steps >= 300_000
+        assert mean_return >= 195, f"policy {p}: mean of last 20 episodes {mean_return}"
+
+
+def test_serial_one_policy_learns(tmp_path):
+    cfg = parse_cfg(
+        FLAGS + ["--serial_mode", "--num_workers=1", f"--train_dir={tmp_path}", "--experiment=cp1"]
+    )
+    assert train(cfg) == 0
+    ((mean_return, n, steps),) = last20(os.path.join(tmp_path, "cp1")).values()
+    assert n == 20 and steps >= 300_000
+    assert mean_return >= 195, f"mean of last 20 episodes {mean_return}"

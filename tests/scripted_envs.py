@@ -1,0 +1,89 @@
+"""Small deterministic envs for tests: a tagged multi-agent env and failure-injecting envs."""
+
+from __future__ import annotations
+
+import time
+
+import gymnasium as gym
+import numpy as np
+
+from rl_pbt import RewardShapingInterface
+
+
+class TaggedMultiAgentEnv(RewardShapingInterface):
+    """3 agents; every observation carries (env_id, episode, agent, step) so a test can tell
+    exactly which env, episode and seat produced each sample. Episodes last 5..40 steps."""
+
+    is_multiagent = True
+
+    def __init__(self, env_id: int, num_agents: int = 3):
+        self.num_agents = num_agents
+        self.env_id = env_id
+        self.observation_space = gym.spaces.Box(-1e9, 1e9, (4,), np.float32)
+        self.action_space = gym.spaces.Discrete(3)
+        self.rng = np.random.default_rng(1000 + env_id)
+        self.episode = -1
+        self.emitted: dict[tuple[int, int], int] = {}  # (episode, agent) -> steps taken
+        self.shaping_calls: list[tuple[dict, int]] = []
+        self.bonus = np.zeros(num_agents)
+
+    def get_default_reward_shaping(self):
+        return {"bonus": 0.0}
+
+    def set_reward_shaping(self, reward_shaping, agent_idx):
+        self.shaping_calls.append((reward_shaping, agent_idx))
+        self.bonus[agent_idx] = reward_shaping["bonus"]
+
+    def _obs(self):
+        return [
+            np.array([self.env_id, self.episode, a, self.t], np.float32)
+            for a in range(self.num_agents)
+        ]
+
+    def _new_episode(self):
+        self.episode += 1
+        self.t = 0
+        self.length = int(self.rng.integers(5, 41))
+
+    def reset(self, seed=None):
+        self._new_episode()
+        return self._obs(), [{} for _ in range(self.num_agents)]
+
+    def step(self, actions):
+        for a in range(self.num_agents):
+            key = (self.episode, a)
+            self.emitted[key] = self.emitted.get(key, 0) + 1
+        self.t += 1
+        rewards = [float(actions[a] == 1) + self.bonus[a] for a in range(self.num_agents)]
+        done = self.t >= self.length
+        infos = [{"true_objective": float(a == 0)} if done else {} for a in range(self.num_agents)]
+        if done:
+            self._new_episode()
+        dones = [done] * self.num_agents
+        return self._obs(), rewards, dones, [False] * self.num_agents, infos
+
+    def close(self):
+        pass
+
+
+class HangingEnv(gym.Env):
+    """CartPole-like env whose env 1 on worker 0 hangs after `hang_after` steps."""
+
+    def __init__(self, env_config, hang_after: int = 300, crash: bool = False):
+        self.observation_space = gym.spaces.Box(-1, 1, (2,), np.float32)
+        self.action_space = gym.spaces.Discrete(2)
+        self.armed = env_config["worker_index"] == 0 and env_config["vector_index"] == 1
+        self.hang_after = hang_after
+        self.crash = crash
+        self.steps = 0
+
+    def reset(self, seed=None, options=None):
+        return np.zeros(2, np.float32), {}
+
+    def step(self, action):
+        self.steps += 1
+        if self.armed and self.steps > self.hang_after:
+            if self.crash:
+                raise RuntimeError("env exploded on purpose")
+            time.sleep(3600)
+        return np.zeros(2, np.float32), 0.0, self.steps % 20 == 0, False, {}

@@ -1,0 +1,68 @@
+import json
+
+import pytest
+
+from rl_pbt import ConfigError, parse_cfg
+from rl_pbt.config.flags import FLAGS
+
+
+def test_bool_flags_both_forms():
+    a = parse_cfg(["--env=CartPole-v1", "--with_pbt", "--num_policies=2"])
+    b = parse_cfg(["--env=CartPole-v1", "--with_pbt=True", "--num_policies=2"])
+    c = parse_cfg(["--env=CartPole-v1", "--with_pbt=False"])
+    assert a.with_pbt is True and b.with_pbt is True and c.with_pbt is False
+
+
+def test_sample_factory_pbt_defaults():
+    cfg = parse_cfg(["--env=CartPole-v1"])
+    assert cfg.pbt_period_env_steps == 5_000_000
+    assert cfg.pbt_start_mutation == 20_000_000
+    assert cfg.pbt_replace_fraction == 0.3
+    assert cfg.pbt_mutation_rate == 0.15
+    assert cfg.pbt_replace_reward_gap == 0.1
+    assert cfg.pbt_replace_reward_gap_absolute == 1e-6
+    assert cfg.pbt_optimize_gamma is False
+    assert cfg.pbt_target_objective == "true_objective"
+    assert (cfg.pbt_perturb_min, cfg.pbt_perturb_max) == (1.1, 1.5)
+    assert cfg.pbt_mix_policies_in_one_env is True
+
+
+@pytest.mark.parametrize(
+    "argv, words",
+    [
+        (["--env=CartPole-v1", "--learning_rate=-0.1"], ["--learning_rate", "-0.1", "> 0"]),
+        (["--env=CartPole-v1", "--batch_size=500"], ["--batch_size=500", "--rollout=32"]),
+        (["--env=CartPole-v1", "--num_envs_per_worker=3"], ["--num_envs_per_worker=3", "splits"]),
+        (["--env=CartPol-v1"], ["--env", "CartPol-v1", "CartPole-v1"]),
+        (["--env=CartPole-v1", "--bogus=1"], ["--bogus"]),
+        (["--env=CartPole-v1", "--device=tpu"], ["--device", "tpu"]),
+        (["--env=CartPole-v1", "--with_pbt"], ["--num_policies", ">= 2"]),
+        (["--env=CartPole-v1", "--gamma=1.5"], ["--gamma", "1.5"]),
+    ],
+)
+def test_bad_values_name_flag_and_value(argv, words):
+    with pytest.raises(ConfigError) as e:
+        parse_cfg(argv)
+    for w in words:
+        assert w in str(e.value)
+
+
+def test_preset_then_flags_override(tmp_path):
+    preset = tmp_path / "p.json"
+    preset.write_text(json.dumps({"learning_rate": 0.005, "rollout": 16, "batch_size": 64}))
+    cfg = parse_cfg(["--env=CartPole-v1", f"--preset={preset}", "--rollout=8"])
+    assert cfg.learning_rate == 0.005 and cfg.rollout == 8 and cfg.batch_size == 64
+
+
+def test_preset_unknown_key_rejected(tmp_path):
+    preset = tmp_path / "p.json"
+    preset.write_text(json.dumps({"learning_rat": 0.005}))
+    with pytest.raises(ConfigError, match="learning_rat"):
+        parse_cfg(["--env=CartPole-v1", f"--preset={preset}"])
+
+
+def test_every_flag_has_help_and_typed_default():
+    for f in FLAGS:
+        assert f.help
+        if f.default is not None:
+            assert isinstance(f.default, f.type) or (f.type is float and isinstance(f.default, int))

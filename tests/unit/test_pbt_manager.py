@@ -1,0 +1,255 @@
+"""PBTManager: when policies update, replacement and mutation, files, lineage and resume."""
+
+import os
+
+import numpy as np
+import pytest
+
+from rl_pbt.config.flags import FLAGS
+from rl_pbt.config.parse import Cfg
+from rl_pbt.logging.files import policy_cfg_path, policy_shaping_path, read_json
+from rl_pbt.pbt.lineage import lineage_path, read_events, schedule_for
+from rl_pbt.pbt.manager import PBTDecision, PBTManager
+
+HPARAMS = {
+    "learning_rate": 1e-4,
+    "exploration_loss_coeff": 0.003,
+    "value_loss_coeff": 0.5,
+    "max_grad_norm": 4.0,
+    "ppo_clip_ratio": 0.1,
+    "ppo_clip_value": 1.0,
+    "gamma": 0.99,
+}
+SHAPING = {"pickup": 0.05, "death": -0.25, "group": {"x": 1.0}, "t": (0.1, 0.2)}
+N = 6
+
+
+def make_cfg(**overrides):
+    values = {f.name: f.default for f in FLAGS}
+    values.update(
+        with_pbt=True,
+        num_policies=N,
+        pbt_period_env_steps=1000,
+        pbt_start_mutation=2000,
+        pbt_mutation_rate=0.5,
+        seed=1,
+    )
+    values.update(overrides)
+    return Cfg(values)
+
+
+def make(tmp_path, shaping=SHAPING, n=N, **overrides):
+    cfg = make_cfg(num_policies=n, **overrides)
+    return PBTManager(cfg, n, dict(HPARAMS), shaping, str(tmp_path), seed=cfg.seed)
+
+
+def feed(mgr, means, episodes=20, seed=0):
+    rng = np.random.default_rng(seed)
+    for p, m in enumerate(means):
+        if m is None:
+            continue
+        for _ in range(episodes):
+            mgr.record_episode(p, float(m + 0.01 * rng.standard_normal()))
+
+
+GOOD_TO_BAD = [1.0, 0.9, 0.8, 0.3, 0.2, 0.1]
+
+
+def test_init_writes_files_and_lineage(tmp_path):
+    mgr = make(tmp_path)
+    assert mgr.hparams == [HPARAMS] * N
+    assert mgr.shaping == [SHAPING] * N and isinstance(mgr.shaping[3]["t"], tuple)
+    for p in range(N):
+        assert read_json(policy_cfg_path(str(tmp_path), p)) == HPARAMS
+        assert read_json(policy_shaping_path(str(tmp_path), p))["group"] == {"x": 1.0}
+    events = read_events(lineage_path(str(tmp_path)))
+    assert [(e["policy"], e["action"], e["source"]) for e in events] == [
+        (p, "init", None) for p in range(N)
+    ]
+    assert events[0]["changes"]["rew.t[1]"] == [None, 0.2]
+    assert os.path.isfile(os.path.join(tmp_path, "pbt", "state.json"))
+    assert mgr.objectives() == {p: None for p in range(N)}
+
+
+def test_no_decisions_before_start_or_period(tmp_path):
+    mgr = make(tmp_path)
+    feed(mgr, GOOD_TO_BAD)
+    assert mgr.update([0] * N) == []
+    assert mgr.update([1900] * N) == []  # past the period but not past the start
+    assert mgr.update([5000, 5000, 5000, 5000, 5000, 1999]) == []  # one policy lags behind
+    decisions = mgr.update([5000] * N)
+    assert decisions
+    assert mgr.update([5500] * N) == []  # less than a period since the last update
+    assert mgr.last_update == [5000] * N
+
+
+def test_bad_policies_copy_good_ones_and_mutate(tmp_path):
+    mgr = make(tmp_path)
+    feed(mgr, GOOD_TO_BAD)
+    mgr.update([0] * N)
+    decisions = mgr.update([3000] * N)
+    by_policy = {d.policy_id: d for d in decisions}
+    assert 0 not in by_policy  # the reference policy is left alone
+    # k = ceil(0.3 * 6) = 2: p4, p5 copy p0 or p1; p0, p1 (top) untouched; p2, p3 only mutate
+    for p in (4, 5):
+        d = by_policy[p]
+        assert isinstance(d, PBTDecision) and d.source_id in (0, 1)
+        assert d.log_line.startswith(f"PBT p{p} <- p{d.source_id} (obj ")
+        assert set(d.hparams) == set(HPARAMS)
+        assert isinstance(d.shaping["t"], tuple)
+        assert mgr.objectives()[p] is None  # window restarts after a copy
+    assert 1 not in by_policy
+    for p in (2, 3):
+        if p in by_policy:
+            assert by_policy[p].source_id is None
+            assert " mutate " in by_policy[p].log_line
+    assert mgr.objectives()[2] is not None
+    # files and lineage follow
+    for d in decisions:
+        assert read_json(policy_cfg_path(str(tmp_path), d.policy_id)) == d.hparams
+        assert read_json(policy_shaping_path(str(tmp_path), d.policy_id))["t"] == list(
+            d.shaping["t"]
+        )
+        assert mgr.hparams[d.policy_id] == d.hparams
+    events = read_events(lineage_path(str(tmp_path)))[N:]
+    assert [(e["policy"], e["source"]) for e in events] == [
+        (d.policy_id, d.source_id) for d in decisions
+    ]
+    replace = events[[e["action"] for e in events].index("replace")]
+    assert replace["env_steps"] == 3000 and replace["objectives"]["0"] == pytest.approx(1.0, 0.1)
+    # the copy's schedule starts with its source's history
+    sched = schedule_for(read_events(lineage_path(str(tmp_path))), decisions[-1].policy_id)
+    assert sched[-1][1] == decisions[-1].hparams
+
+
+def test_mutations_respect_sign_and_bounds_over_many_rounds(tmp_path):
+    mgr = make(tmp_path, pbt_mutation_rate=1.0, pbt_resample_probability=0.2)
+    mgr.update([0] * N)
+    for r in range(1, 40):
+        feed(mgr, GOOD_TO_BAD, episodes=3, seed=r)
+        mgr.update([2000 + 1000 * r] * N)
+    assert mgr.hparams[0] == HPARAMS and mgr.shaping[0] == SHAPING
+    for p in range(1, N):
+        h, s = mgr.hparams[p], mgr.shaping[p]
+        assert 1e-6 <= h["learning_rate"] <= 1e-2
+        assert h["gamma"] == 0.99  # gamma is only tuned with --pbt_optimize_gamma
+        assert s["pickup"] > 0 and s["death"] < 0 and s["group"]["x"] > 0
+        assert all(v > 0 for v in s["t"]) and isinstance(s["t"], tuple)
+    assert any(mgr.hparams[p] != HPARAMS for p in range(1, N))
+
+
+def test_mutate_reference_policy_flag(tmp_path):
+    mgr = make(tmp_path, pbt_mutate_reference_policy=True, pbt_mutation_rate=1.0)
+    feed(mgr, [0.0, 1.0, 0.9, 0.8, 0.7, 0.6])
+    mgr.update([0] * N)
+    decisions = mgr.update([3000] * N)
+    d0 = [d for d in decisions if d.policy_id == 0]
+    assert d0 and d0[0].source_id in (1, 2)
+
+
+def test_optimize_gamma_stays_in_unit_interval(tmp_path):
+    mgr = make(tmp_path, pbt_optimize_gamma=True, pbt_mutation_rate=1.0)
+    mgr.update([0] * N)
+    for r in range(1, 20):
+        mgr.update([2000 + 1000 * r] * N)
+    gammas = [h["gamma"] for h in mgr.hparams[1:]]
+    assert all(0.9 <= g <= 0.9999 for g in gammas) and any(g != 0.99 for g in gammas)
+
+
+def test_no_shaping(tmp_path):
+    mgr = make(tmp_path, shaping=None)
+    feed(mgr, GOOD_TO_BAD)
+    mgr.update([0] * N)
+    decisions = mgr.update([3000] * N)
+    assert decisions and all(d.shaping is None for d in decisions)
+    assert mgr.shaping == [None] * N
+    assert not os.path.exists(policy_shaping_path(str(tmp_path), 1))
+    assert all(
+        not k.startswith("rew.")
+        for e in read_events(lineage_path(str(tmp_path)))
+        for k in e["changes"]
+    )
+
+
+def test_elo_ratings_rank(tmp_path):
+    mgr = make(tmp_path, pbt_target_objective="elo", pbt_exploit="ttest")
+    mgr.update([0] * N, ratings=[1200.0] * N)
+    ratings = [1500.0, 1400.0, 1300.0, 1000.0, 900.0, 800.0]
+    decisions = mgr.update([3000] * N, ratings=ratings)  # no episodes at all: ratings rank
+    assert any(d.source_id is not None for d in decisions)
+    with pytest.raises(ValueError):
+        mgr.update([9000] * N)
+
+
+def test_resume_restores_everything_and_does_not_fire(tmp_path):
+    mgr = make(tmp_path)
+    feed(mgr, GOOD_TO_BAD)
+    mgr.update([0] * N)
+    first = mgr.update([3000] * N)
+    assert first
+    feed(mgr, [0.5, 0.4, 0.3, 0.9, 0.2, 0.1], episodes=5, seed=9)
+    mgr.save()
+    n_events = len(read_events(lineage_path(str(tmp_path))))
+
+    again = make(tmp_path)
+    assert again.hparams == mgr.hparams
+    assert again.shaping == mgr.shaping and isinstance(again.shaping[4]["t"], tuple)
+    assert again.last_update == mgr.last_update
+    assert again.objectives() == mgr.objectives()
+    assert again.update([3000] * N) == []
+    assert again.update([3999] * N) == []
+    assert len(read_events(lineage_path(str(tmp_path)))) == n_events  # no new init events
+    # identical state, identical future (the rng comes back too)
+    a = mgr.update([4000] * N)
+    b = again.update([4000] * N)
+    assert [(d.policy_id, d.source_id, d.hparams, d.shaping) for d in a] == [
+        (d.policy_id, d.source_id, d.hparams, d.shaping) for d in b
+    ]
+
+
+def test_fresh_run_counts_from_zero(tmp_path):
+    mgr = make(tmp_path, pbt_start_mutation=0)
+    assert mgr.last_update == [0] * N
+    assert mgr.update([999] * N) == []
+    assert mgr.update([1000] * N) != []  # no episodes yet: policies only mutate
+    assert mgr.last_update == [1000] * N
+    again = make(tmp_path, pbt_start_mutation=0)
+    assert again.last_update == [1000] * N
+    assert again.update([0] * N) == []  # a restarted runner reports zeros until learners load
+
+
+def test_resume_with_other_population_size_fails(tmp_path):
+    make(tmp_path)
+    with pytest.raises(ValueError, match="policies"):
+        make(tmp_path, n=4)
+
+
+def test_search_space_file_is_used(tmp_path):
+    space = tmp_path / "space.json"
+    space.write_text(
+        '{"learning_rate": {"type": "log_float", "low": 5e-5, "high": 2e-4},'
+        ' "rew.pickup": {"type": "float", "low": 0.01, "high": 0.1}}'
+    )
+    mgr = make(
+        tmp_path / "exp",
+        pbt_search_space=str(space),
+        pbt_mutation_rate=1.0,
+        pbt_resample_probability=0.5,
+    )
+    mgr.update([0] * N)
+    for r in range(1, 30):
+        mgr.update([2000 + 1000 * r] * N)
+    assert all(5e-5 <= h["learning_rate"] <= 2e-4 for h in mgr.hparams)
+    assert all(0.01 <= s["pickup"] <= 0.1 for s in mgr.shaping)
+
+
+def test_resume_fills_in_parameters_the_state_lacks(tmp_path):
+    make(tmp_path)
+    cfg = make_cfg()
+    again = PBTManager(
+        cfg, N, {**HPARAMS, "new_coeff": 2.0}, {**SHAPING, "bonus": 0.5}, str(tmp_path), seed=1
+    )
+    assert all(h["new_coeff"] == 2.0 for h in again.hparams)
+    assert all(s["bonus"] == 0.5 and s["pickup"] == 0.05 for s in again.shaping)
+    gone = PBTManager(cfg, N, dict(HPARAMS), None, str(tmp_path), seed=1)
+    assert gone.shaping == [None] * N
