@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+import os
 import time
 
 import gymnasium as gym
@@ -87,3 +89,36 @@ class HangingEnv(gym.Env):
                 raise RuntimeError("env exploded on purpose")
             time.sleep(3600)
         return np.zeros(2, np.float32), 0.0, self.steps % 20 == 0, False, {}
+
+
+class ShapedCartPole(gym.Wrapper, RewardShapingInterface):
+    """CartPole with a tunable reward scale; appends every set_reward_shaping call to a file
+    (folder from $RL_PBT_SHAPING_LOG) so a test can see what envs in child processes got."""
+
+    def __init__(self, env_id: int):
+        super().__init__(gym.make("CartPole-v1"))
+        self.env_id = env_id
+        self.shaping = {"alive": 1.0, "nested": {"fall": -1.0}}
+        self.steps = 0
+
+    def get_default_reward_shaping(self):
+        return {"alive": 1.0, "nested": {"fall": -1.0}}
+
+    def set_reward_shaping(self, reward_shaping, agent_idx):
+        self.shaping = reward_shaping
+        folder = os.environ.get("RL_PBT_SHAPING_LOG")
+        if folder:
+            with open(os.path.join(folder, f"env_{self.env_id}.jsonl"), "a") as f:
+                f.write(json.dumps(reward_shaping) + "\n")
+
+    def reset(self, **kwargs):
+        self.steps = 0
+        return self.env.reset(**kwargs)
+
+    def step(self, action):
+        obs, _, term, trunc, info = self.env.step(action)
+        self.steps += 1
+        reward = self.shaping["alive"] + (self.shaping["nested"]["fall"] if term else 0.0)
+        if term or trunc:
+            info = dict(info, true_objective=self.steps / 500.0)
+        return obs, reward, term, trunc, info

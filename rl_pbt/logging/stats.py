@@ -73,13 +73,14 @@ class PopulationStats:
 
     # --- output -----------------------------------------------------------------------------
     def fps(self) -> float:
+        """Frames per second over roughly the last 10 s (or since the previous sample)."""
         now = time.time()
-        self.fps_window.append((now, self.frames_total))
         t0, f0 = self.fps_window[0]
-        for t, f in self.fps_window:  # the oldest sample within the last ~10 s
-            if now - t <= 10.0:
-                t0, f0 = t, f
+        for t, f in reversed(self.fps_window):
+            t0, f0 = t, f
+            if now - t >= 10.0:
                 break
+        self.fps_window.append((now, self.frames_total))
         return (self.frames_total - f0) / max(now - t0, 1e-6)
 
     def mean(self, values) -> Optional[float]:

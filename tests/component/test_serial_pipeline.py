@@ -155,7 +155,7 @@ def test_reward_shaping_reaches_envs_before_next_episode(tmp_path):
         host.poll(timeout=0.0)
     seen = 0
     for env in ENVS.values():
-        for shaping, agent in env.shaping_calls:
+        for shaping, _agent in env.shaping_calls:
             assert shaping in ({"bonus": 5.0}, {"bonus": 0.0})  # policy 1's, or the default
             seen += shaping == {"bonus": 5.0}
         # current episode: agents played by policy 1 carry the bonus, others do not

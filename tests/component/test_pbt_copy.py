@@ -1,0 +1,66 @@
+"""A PBT copy: the target takes the source's weights, optimiser and normalisers, then its
+own new hyperparameters; experience from before the copy is masked out."""
+
+import torch
+
+from rl_pbt import parse_cfg
+from rl_pbt.learning.learner_process import LearnerHost
+from rl_pbt.runtime.messages import ApplyPBT, ExportState, LearnerEvent, drain
+from rl_pbt.runtime.runner import Runner, _MergedQueue
+
+
+def test_copy_then_own_hparams(tmp_path):
+    cfg = parse_cfg(
+        [
+            "--env=CartPole-v1",
+            "--serial_mode",
+            "--num_policies=2",
+            "--num_workers=1",
+            "--num_envs_per_worker=4",
+            "--rollout=8",
+            "--batch_size=32",
+            "--encoder_mlp_layers",
+            "16",
+            f"--train_dir={tmp_path}",
+            "--experiment=copy",
+            "--max_policy_lag=50",
+            "--seed=0",
+        ]
+    )
+    runner = Runner(cfg)
+    learners = {p: runner._learner_factory(p) for p in range(2)}
+    host = LearnerHost(
+        learners, _MergedQueue(runner.learner_queues), runner.learner_queues, runner.report_queue
+    )
+    host.start(resume=False)
+    worker = runner._worker_factory(0, lambda: False, blocking=False)
+    for _ in range(150):
+        worker.step()
+        host.poll(timeout=0.0)
+    src, dst = learners[0], learners[1]
+    assert src.version > 0 and dst.version > 0
+    assert any(
+        not torch.equal(a, b)
+        for a, b in zip(src.model.state_dict().values(), dst.model.state_dict().values())
+    )
+    src_state = {k: v.clone() for k, v in src.model.state_dict().items()}
+    src_moments = [src.optimizer.state[p]["exp_avg"].clone() for p in src.model.parameters()]
+    old_dst_version = dst.version
+    new_hp = dict(src.hp, learning_rate=0.0123, exploration_loss_coeff=0.042)
+
+    host.handle(ExportState(0, ApplyPBT(1, 0, new_hp)))
+    for msg in drain(runner.learner_queues[1]):  # the forwarded ApplyPBT
+        host.handle(msg)
+
+    for k, v in dst.model.state_dict().items():
+        torch.testing.assert_close(v, src_state[k], rtol=0, atol=0)
+    for p, m in zip(dst.model.parameters(), src_moments):
+        torch.testing.assert_close(dst.optimizer.state[p]["exp_avg"], m, rtol=0, atol=0)
+    assert dst.hp["learning_rate"] == 0.0123 and dst.hp["exploration_loss_coeff"] == 0.042
+    assert all(g["lr"] == 0.0123 for g in dst.optimizer.param_groups)
+    # every sample produced before the copy is now older than max_policy_lag
+    assert dst.version > old_dst_version + cfg.max_policy_lag
+    # and the published weights are the copied ones
+    assert runner.params.current_version(1) == dst.version
+    events = [m for m in drain(runner.report_queue) if isinstance(m, LearnerEvent)]
+    assert any(e.kind == "pbt_applied" and e.policy_id == 1 for e in events)

@@ -1,0 +1,85 @@
+"""A short 4-policy PBT run in parallel mode: replacements, mutations, shaping in envs."""
+
+import glob
+import json
+import os
+
+from rl_pbt import parse_cfg, register_env, train
+from rl_pbt.pbt.lineage import read_events
+from tests.scripted_envs import ShapedCartPole
+
+
+def make_shaped(name, cfg, env_config, render_mode=None):
+    return ShapedCartPole(env_config["env_id"])
+
+
+register_env("shaped_cartpole", make_shaped)
+
+
+def test_pbt_run_replaces_mutates_and_reaches_envs(tmp_path, monkeypatch):
+    log_dir = tmp_path / "shaping_log"
+    log_dir.mkdir()
+    monkeypatch.setenv("RL_PBT_SHAPING_LOG", str(log_dir))
+    cfg = parse_cfg(
+        [
+            "--env=shaped_cartpole",
+            "--with_pbt",
+            "--num_policies=4",
+            "--num_workers=2",
+            "--num_envs_per_worker=4",
+            "--rollout=16",
+            "--batch_size=128",
+            "--encoder_mlp_layers",
+            "32",
+            "--pbt_period_env_steps=4000",
+            "--pbt_start_mutation=4000",
+            "--pbt_mutation_rate=0.5",
+            "--pbt_objective_window=20",
+            "--pbt_replace_reward_gap=0.05",
+            "--train_for_env_steps=24000",
+            "--learning_rate=1e-3",
+            f"--train_dir={tmp_path}",
+            "--experiment=pbt",
+            "--status_interval=30",
+            "--seed=5",
+        ]
+    )
+    assert train(cfg) == 0
+    exp = tmp_path / "pbt"
+    events = read_events(os.path.join(exp, "pbt", "lineage.jsonl"))
+    replaced = [e for e in events if e["action"] == "replace"]
+    mutated = [e for e in events if e["action"] in ("replace", "mutate") and e["changes"]]
+    assert len(replaced) >= 1, [e["action"] for e in events]
+    assert len(mutated) >= 3
+    assert all(e["policy"] != 0 for e in replaced + mutated)  # policy 0: the reference
+
+    defaults = {
+        "learning_rate": 1e-3,
+        "exploration_loss_coeff": 0.003,
+        "value_loss_coeff": 0.5,
+        "max_grad_norm": 4.0,
+        "ppo_clip_ratio": 0.1,
+        "ppo_clip_value": 1.0,
+    }
+    changed = 0
+    for p in range(1, 4):
+        with open(exp / f"policy_{p:02d}_cfg.json") as f:
+            values = json.load(f)
+        changed += any(abs(values[k] - v) > 1e-12 for k, v in defaults.items())
+    assert changed >= 1
+    with open(exp / "policy_00_cfg.json") as f:
+        reference = json.load(f)
+    assert all(abs(reference[k] - v) < 1e-12 for k, v in defaults.items())
+
+    # envs in the worker processes received the new shaping values
+    new_shapings = set()
+    for p in range(1, 4):
+        with open(exp / f"policy_{p:02d}_reward_shaping.json") as f:
+            new_shapings.add(json.dumps(json.load(f), sort_keys=True))
+    seen = set()
+    for path in glob.glob(str(log_dir / "env_*.jsonl")):
+        with open(path) as f:
+            seen |= {json.dumps(json.loads(line), sort_keys=True) for line in f}
+    default = json.dumps({"alive": 1.0, "nested": {"fall": -1.0}}, sort_keys=True)
+    assert seen - {default}, "no env saw a mutated shaping"
+    assert (new_shapings - {default}) & seen or not (new_shapings - {default})
