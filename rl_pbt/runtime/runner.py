@@ -90,7 +90,7 @@ class Runner:
         self.device_of = device_map(cfg.num_policies, num_gpus, cfg.device)
 
         probe = as_multiagent(
-            make_env(cfg.env, cfg, {"worker_index": -1, "vector_index": 0, "env_id": -1})
+            make_env(cfg.env, cfg, {"worker_index": -1, "vector_index": 0, "env_id": 0})
         )
         self.obs_space, self.action_space = probe.observation_space, probe.action_space
         self.num_agents = int(probe.num_agents)

@@ -14,7 +14,7 @@ ENVS: dict[int, TaggedMultiAgentEnv] = {}
 
 def make_tagged(name, cfg, env_config, render_mode=None):
     env = TaggedMultiAgentEnv(env_config["env_id"])
-    if env_config["env_id"] >= 0:
+    if env_config["worker_index"] >= 0:  # not the runner's probe
         ENVS[env_config["env_id"]] = env
     return env
 
