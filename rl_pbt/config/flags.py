@@ -390,6 +390,21 @@ FLAGS: list[Flag] = [
         "let policy 0 be mutated and replaced too (default keeps it as a reference)",
         group="pbt",
     ),
+    Flag(
+        "pbt_replay_lineage",
+        str,
+        None,
+        "train one policy on the schedule recorded in this lineage.jsonl (see launch/replay)",
+        group="pbt",
+    ),
+    Flag(
+        "pbt_replay_policy",
+        int,
+        0,
+        "population member whose schedule is replayed",
+        non_negative,
+        group="pbt",
+    ),
     # --- self-play ---
     Flag(
         "matchmaking",

@@ -188,6 +188,13 @@ def validate(cfg: Cfg, flags: Iterable[Flag] = FLAGS, evaluation: bool = False) 
         raise ConfigError(
             f"--with_pbt needs a population: --num_policies={cfg.num_policies} must be >= 2"
         )
+    if cfg.pbt_replay_lineage:
+        if not os.path.isfile(cfg.pbt_replay_lineage):
+            raise ConfigError(f"--pbt_replay_lineage={cfg.pbt_replay_lineage!r}: no such file")
+        if cfg.with_pbt or cfg.num_policies != 1:
+            raise ConfigError(
+                "--pbt_replay_lineage trains one policy: use --num_policies=1 without --with_pbt"
+            )
     if cfg.pbt_search_space and not os.path.isfile(cfg.pbt_search_space):
         raise ConfigError(f"--pbt_search_space={cfg.pbt_search_space!r}: no such file")
 

@@ -149,6 +149,15 @@ class Runner:
         return make_actor_critic(self.obs_space, self.action_space, self.cfg)
 
     def _make_pbt(self):
+        if self.cfg.pbt_replay_lineage:
+            from rl_pbt.pbt.replay import ScheduleReplayer
+
+            return ScheduleReplayer(
+                self.cfg.pbt_replay_lineage,
+                self.cfg.pbt_replay_policy,
+                default_hparams(self.cfg),
+                self.default_shaping,
+            )
         if not self.cfg.with_pbt:
             return None
         from rl_pbt.pbt.manager import PBTManager

@@ -1,0 +1,72 @@
+"""Replays one population member's recorded hyperparameter and shaping schedule (from its
+lineage, ancestors included) on a single fresh policy: the PBT schedule without the population.
+
+Has the runner-facing interface of PBTManager (hparams, shaping, update, record_episode, ...).
+"""
+
+from __future__ import annotations
+
+import collections
+from typing import Optional
+
+from rl_pbt.pbt.lineage import read_events, schedule_for
+from rl_pbt.pbt.manager import PBTDecision
+
+
+class ScheduleReplayer:
+    def __init__(
+        self,
+        lineage_file: str,
+        policy_id: int,
+        default_hparams: dict[str, float],
+        default_shaping: Optional[dict],
+        window: int = 100,
+    ):
+        events = read_events(lineage_file)
+        if not events:
+            raise ValueError(f"--pbt_replay_lineage={lineage_file!r}: no lineage events there")
+        self.schedule = schedule_for(events, policy_id)
+        if not self.schedule:
+            raise ValueError(
+                f"--pbt_replay_policy={policy_id}: no events for that policy in {lineage_file}"
+            )
+        self.hparams = [dict(default_hparams)]
+        self.shaping = [default_shaping]
+        self.next = 0
+        self.window = collections.deque(maxlen=window)
+
+    def record_episode(self, policy_id: int, objective: float) -> None:
+        self.window.append(objective)
+
+    def objectives(self) -> dict[int, Optional[float]]:
+        return {0: sum(self.window) / len(self.window) if self.window else None}
+
+    def update(self, env_steps: list[int], ratings=None) -> list[PBTDecision]:
+        decisions = []
+        while self.next < len(self.schedule) and env_steps[0] >= self.schedule[self.next][0]:
+            steps, hparams, shaping = self.schedule[self.next]
+            self.next += 1
+            changes = {
+                k: (self.hparams[0].get(k), v)
+                for k, v in hparams.items()
+                if k in self.hparams[0] and self.hparams[0].get(k) != v
+            }
+            self.hparams[0].update({k: v for k, v in hparams.items() if k in self.hparams[0]})
+            text = ", ".join(f"{k} {old:.4g} -> {new:.4g}" for k, (old, new) in changes.items())
+            if shaping is not None and shaping != self.shaping[0]:
+                self.shaping[0] = shaping
+                text = f"{text}, reward shaping {shaping}" if text else f"reward shaping {shaping}"
+            decisions.append(
+                PBTDecision(
+                    0,
+                    None,
+                    dict(self.hparams[0]),
+                    self.shaping[0],
+                    f"replay @ {steps:,} env steps: {text or 'shaping'}",
+                )
+            )
+        return decisions
+
+    def save(self) -> None:
+        """Nothing of its own to save: the schedule is re-read, and the learner's checkpoint
+        holds the hyperparameters in force."""
