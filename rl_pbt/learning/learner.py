@@ -86,6 +86,8 @@ class Learner:
         self.rec = recurrence(cfg)
         self.last_save = time.monotonic()
         self.stats: dict[str, float] = {}
+        self.copied_at: Optional[float] = None  # wall time of the last PBT weight copy
+        self.copy_timing: Optional[tuple[float, float]] = None  # (copied, first trained) times
 
     # --- data in --------------------------------------------------------------------------
     def add(self, slots: list[int]) -> None:
@@ -118,6 +120,10 @@ class Learner:
         lag = self.version - batch["policy_version"]
         mask = own & (lag <= cfg.max_policy_lag)
         self.env_steps += int(own.sum()) * cfg.env_frameskip
+        if self.copied_at is not None and bool(mask.any()):
+            # the first update on experience produced by the copied weights
+            self.copy_timing = (self.copied_at, time.time())
+            self.copied_at = None
 
         if cfg.normalize_input:
             model.update_normalizers(obs, mask)
@@ -262,6 +268,7 @@ class Learner:
         for p in self.model.parameters():
             self.optimizer.state[p]["step"] = torch.tensor(step)
         self.version += self.cfg.max_policy_lag + 1
+        self.copied_at = time.time()
 
     # --- checkpoints ------------------------------------------------------------------------
     def checkpoint_folder(self) -> str:

@@ -127,6 +127,12 @@ class LearnerHost:
                 self._beat(hb.TRAINING, p)
                 learner.train_if_ready()
                 self.report(p)
+                if learner.copy_timing is not None:
+                    copied, trained = learner.copy_timing
+                    learner.copy_timing = None
+                    self.report_queue.put(
+                        LearnerEvent(p, "copy_trained", "", {"copied": copied, "trained": trained})
+                    )
                 trained = True
             if learner.maybe_save():
                 self._beat(hb.SAVING, p)

@@ -24,7 +24,7 @@ from rl_pbt.logging.files import (
     read_json,
 )
 from rl_pbt.pbt.exploit import ExploitSettings, choose_source
-from rl_pbt.pbt.explore import ExploreSettings, explore
+from rl_pbt.pbt.explore import ExploreSettings, explore, resample_value
 from rl_pbt.pbt.lineage import append_event, lineage_path, make_event
 from rl_pbt.pbt.search_space import (
     build_search_space,
@@ -129,6 +129,8 @@ class PBTManager:
                 self._shaping_flat.append(None if base_shaping is None else dict(base_shaping))
                 self.last_update.append(0)
                 self._windows.append(deque(maxlen=self.window))
+            if getattr(cfg, "pbt_init_random", False):
+                self._init_random()
             self._refresh_shaping()
             self._write_policy_files(range(num_policies))
             for p in range(num_policies):
@@ -138,6 +140,19 @@ class PBTManager:
                     make_event(p, "init", 0, {k: [None, v] for k, v in values.items()}),
                 )
             self.save()
+
+    def _init_random(self) -> None:
+        """Spread the starting population over the prior: every member but the reference
+        draws each tuned value from the search space (random search, when never updated)."""
+        first = 0 if self.mutate_reference else 1
+        for p in range(first, self.num_policies):
+            for name, spec in self.space.items():
+                target = self.hparams[p] if name in self.hparams[p] else self._shaping_flat[p]
+                if target is None or name not in target:
+                    continue
+                target[name], _ = resample_value(
+                    spec, target[name], self.rng, self.explore_settings
+                )
 
     # ------------------------------------------------------------ paths and persistence
 

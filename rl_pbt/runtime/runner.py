@@ -142,6 +142,8 @@ class Runner:
         self.snapshot_rows: dict[str, int] = {}
         self.last_snapshot_steps = [0] * cfg.num_policies
         self.processes: list = []
+        self.copy_decided_at: dict[int, float] = {}
+        self.copy_latencies: list[tuple[float, float]] = []
         self.start_time = time.time()
 
     # --- factories (picklable partials, so spawn works too) --------------------------------
@@ -428,6 +430,15 @@ class Runner:
                     )
                 if msg.kind == "loaded":
                     log(f"policy {msg.policy_id}: {msg.detail}")
+                if msg.kind == "copy_trained" and msg.policy_id in self.copy_decided_at:
+                    decided = self.copy_decided_at.pop(msg.policy_id)
+                    copied = msg.data["copied"] - decided
+                    trained = msg.data["trained"] - decided
+                    self.copy_latencies.append((copied, trained))
+                    log(
+                        f"PBT p{msg.policy_id}: weights copied {copied:.3f} s after the decision, "
+                        f"first update on them {trained:.3f} s after"
+                    )
 
     def _pbt_step(self) -> None:
         ratings = None
@@ -440,6 +451,7 @@ class Runner:
                 self.learner_queues[d.policy_id].put(apply)
             else:
                 self.learner_queues[d.source_id].put(ExportState(d.source_id, apply))
+                self.copy_decided_at[d.policy_id] = time.time()
                 self.elo.set_rating(d.policy_id, self.elo.rating(d.source_id))
             if d.shaping is not None:
                 for q in self.worker_queues:
@@ -476,13 +488,11 @@ class Runner:
     def _save_side_state(self) -> None:
         from rl_pbt.logging.files import atomic_write_json
 
-        atomic_write_json(
-            os.path.join(self.exp_dir, "summary.json"), self.stats.summary(self.env_steps)
-        )
-        if self.pbt is not None:
-            self.pbt.save()
-        if len(self.elo):
-            atomic_write_json(self._elo_path(), self.elo.to_dict())
+        summary = self.stats.summary(self.env_steps)
+        summary["pbt_copy_latency_s"] = [
+            {"weights_copied": c, "first_update": t} for c, t in self.copy_latencies
+        ]
+        atomic_write_json(os.path.join(self.exp_dir, "summary.json"), summary)
 
 
 def _warm_up_imports(model) -> None:

@@ -1,0 +1,367 @@
+"""One batched forward pass for the agents of every population member a rollout worker hosts.
+
+Stacks the weights of `ActorCritic` models (vector observations, MLP encoders, no RNN) so the
+rollout worker acts for all policies with `torch.baddbmm` instead of one small call per policy.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from dataclasses import dataclass, fields
+
+import numpy as np
+import torch
+from torch import Tensor, nn
+
+from rl_pbt.models.actor_critic import ActorCritic
+
+# Bias of the padding logits that align heads of different sizes: exp() underflows to exactly
+# 0, so padding never gets sampled nor changes a log-softmax, and it stays finite (no 0 * inf).
+_PAD_LOGIT = -1e9
+_HALF_LOG_2PI = 0.5 * math.log(2 * math.pi)
+
+
+def _activation(module: nn.Module) -> Callable[[Tensor], Tensor] | None:
+    """In-place version of a supported activation module (layer outputs are fresh tensors)."""
+    if type(module) is nn.ReLU:
+        return torch.relu_
+    if type(module) is nn.Tanh:
+        return torch.tanh_
+    if type(module) is nn.ELU:
+        alpha = float(module.alpha)
+        return lambda x: nn.functional.elu_(x, alpha)
+    return None
+
+
+def _mlp_layers(encoder: nn.Module) -> list[tuple[nn.Linear, nn.Module]] | None:
+    """(Linear, activation) pairs of an encoder built by `mlp()`, or None for anything else."""
+    if not isinstance(encoder, nn.Sequential) or len(encoder) % 2:
+        return None
+    mods = list(encoder)
+    pairs = list(zip(mods[0::2], mods[1::2]))
+    for linear, act in pairs:
+        if type(linear) is not nn.Linear or linear.bias is None or _activation(act) is None:
+            return None
+    return pairs
+
+
+def _layout(model: ActorCritic) -> tuple:
+    """What must agree between models sharing a stack: obs shapes, layer sizes, activations."""
+    pairs = [_mlp_layers(model.encoders[k]) for k in model.obs_spec.keys]
+    layers = tuple(
+        tuple(
+            (lin.in_features, lin.out_features, type(act), getattr(act, "alpha", None))
+            for lin, act in p
+        )
+        if p is not None
+        else None
+        for p in pairs
+    )
+    return (
+        model.obs_spec.shapes,
+        layers,
+        model.act_spec,
+        model.normalize_input,
+        model.normalize_returns,
+        tuple(model.obs_norms.keys()),
+    )
+
+
+@dataclass
+class _Weights:
+    """Stacked per-row tensors read by the forward pass; `select` keeps a subset of rows."""
+
+    norm_mean: Tensor | None  # [R, 1, D]
+    norm_std: Tensor | None  # [R, 1, D]
+    norm_lo: Tensor | None  # [R, 1, D]
+    norm_hi: Tensor | None  # [R, 1, D]
+    # layer -> parts: a single block-diagonal part for all keys, or one part per key
+    layers: list[list[tuple[Tensor, Tensor]]]  # weight [R, in, out], bias [R, 1, out]
+    head_w: Tensor  # [R, F, C]
+    head_b: Tensor  # [R, 1, C]
+
+    def select(self, index: Tensor) -> _Weights:
+        def pick(t: Tensor | None) -> Tensor | None:
+            return None if t is None else t.index_select(0, index)
+
+        out = {f.name: pick(getattr(self, f.name)) for f in fields(self) if f.name != "layers"}
+        layers = [[(pick(w), pick(b)) for w, b in parts] for parts in self.layers]
+        return _Weights(layers=layers, **out)
+
+
+@dataclass
+class _Plan:
+    """How agents map onto the padded [rows, n_max] batch; reused while `rows` is unchanged."""
+
+    key: bytes
+    num_agents: int
+    n_max: int
+    active: np.ndarray  # rows present, ascending
+    active_key: bytes
+    gather: Tensor | None  # [R_active * n_max] agent per padded slot; None: identity
+    scatter: Tensor | None  # [N] padded slot per agent; None: identity
+
+
+class FusedPopulationPolicy:
+    """`ActorCritic.act` for many models at once: row r of every stack holds one model."""
+
+    # Several observation keys share one block-diagonal layer while it stays narrow (one op for
+    # all keys); wider layers run per key, where the zero blocks would cost more than the ops.
+    block_diag_max_width = 256
+
+    @staticmethod
+    def supported(model: ActorCritic) -> bool:
+        if model.use_rnn or not isinstance(model.post, nn.Identity):
+            return False
+        if any(len(shape) != 1 for shape in model.obs_spec.shapes):
+            return False
+        layers = _layout(model)[1]
+        # keys share layer sizes and activations (true for `mlp()`), so they can be stacked
+        return all(p is not None for p in layers) and len(set(layers)) == 1
+
+    def __init__(self, template: ActorCritic, num_rows: int):
+        if not self.supported(template):
+            raise ValueError(
+                "FusedPopulationPolicy needs vector observations, MLP encoders, no RNN"
+            )
+        if num_rows < 1:
+            raise ValueError(f"num_rows={num_rows}: need at least one row")
+        self.num_rows = num_rows
+        self._layout = _layout(template)
+        spec = template.obs_spec
+        self.keys = spec.keys
+        self.dims = [shape[0] for shape in spec.shapes]
+        self.in_dim = sum(self.dims)
+        self.act_spec = template.act_spec
+        self.normalize_input = template.normalize_input
+        self.normalize_returns = template.normalize_returns
+        pairs = _mlp_layers(template.encoders[self.keys[0]])
+        self.widths = [lin.out_features for lin, _ in pairs]
+        self._act = _activation(pairs[0][1]) if pairs else None
+        num_keys = len(self.keys)
+        # the first layer reads the concatenated inputs, which are usually short, so it is
+        # always block-diagonal; deeper layers only while narrow enough
+        self._split = num_keys > 1 and any(
+            num_keys * w > self.block_diag_max_width for w in self.widths[1:]
+        )
+        feat = num_keys * self.widths[-1] if self.widths else self.in_dim
+
+        r, d = num_rows, self.in_dim
+        if self.normalize_input:
+            self.norm_mean = torch.zeros(r, 1, d)
+            self.norm_std = torch.ones(r, 1, d)
+            self.norm_clip = torch.full((r, 1, d), math.inf)
+        layers: list[list[tuple[Tensor, Tensor]]] = []
+        in_sizes = self.dims
+        for i, width in enumerate(self.widths):
+            if i > 0 and self._split:
+                parts = [(torch.zeros(r, n, width), torch.zeros(r, 1, width)) for n in in_sizes]
+            else:
+                n = sum(in_sizes)
+                parts = [(torch.zeros(r, n, num_keys * width), torch.zeros(r, 1, num_keys * width))]
+            layers.append(parts)
+            in_sizes = [width] * num_keys
+
+        if self.act_spec.kind == "discrete":
+            nvec = self.act_spec.nvec
+            self._head_pad = max(nvec)
+            # logits of head i fill columns [i * pad, i * pad + n_i), so a [N, heads, pad] view
+            # serves all heads with one log-softmax and one multinomial
+            num_logits = len(nvec) * self._head_pad
+            cols = num_logits + 1
+        else:
+            a = self.act_spec.dim
+            # [mean | std | -1/(2 var) | -sum(log_std + log(2 pi)/2) | value]: the per-row
+            # Gaussian terms come out of the head as constant columns, already in agent order
+            num_logits = a
+            cols = 3 * a + 2
+        head_w = torch.zeros(r, feat, cols)
+        head_b = torch.zeros(r, 1, cols)
+        if self.act_spec.kind == "discrete":
+            head_b[:, :, :num_logits] = _PAD_LOGIT
+        self._num_logits = num_logits
+        self._weights = _Weights(
+            norm_mean=self.norm_mean if self.normalize_input else None,
+            norm_std=self.norm_std if self.normalize_input else None,
+            norm_lo=None,
+            norm_hi=None,
+            layers=layers,
+            head_w=head_w,
+            head_b=head_b,
+        )
+        if self.normalize_input:
+            self._weights.norm_lo = torch.full((r, 1, d), -math.inf)
+            self._weights.norm_hi = self.norm_clip
+        self.log_std = (
+            torch.zeros(r, self.act_spec.dim) if self.act_spec.kind != "discrete" else None
+        )
+        self.ret_mean = torch.zeros(r)
+        self.ret_std = torch.ones(r)
+        self._selected: dict[bytes, _Weights] = {}
+        self._plan: _Plan | None = None
+
+    # --- filling rows --------------------------------------------------------------------------
+    @torch.no_grad()
+    def load(self, row: int, model: ActorCritic) -> None:
+        if not 0 <= row < self.num_rows:
+            raise IndexError(f"row {row} outside [0, {self.num_rows})")
+        if _layout(model) != self._layout:
+            raise ValueError("model layout differs from the template's")
+        w = self._weights
+        if self.normalize_input:
+            off = 0
+            for key, dim in zip(self.keys, self.dims):
+                norm = model.obs_norms[key]
+                # same float64 -> float32 rounding as RunningMeanStd.normalize
+                self.norm_mean[row, 0, off : off + dim] = norm.mean.float()
+                self.norm_std[row, 0, off : off + dim] = (norm.var + norm.eps).sqrt().float()
+                self.norm_clip[row, 0, off : off + dim] = norm.clip
+                off += dim
+            w.norm_lo[row].copy_(-self.norm_clip[row])
+
+        encoders = [_mlp_layers(model.encoders[k]) for k in self.keys]
+        for i, parts in enumerate(w.layers):
+            linears = [pairs[i][0] for pairs in encoders]
+            if len(parts) == 1:
+                weight, bias = parts[0]
+                r_off = c_off = 0
+                for lin in linears:
+                    n_in, n_out = lin.in_features, lin.out_features
+                    weight[row, r_off : r_off + n_in, c_off : c_off + n_out] = lin.weight.T
+                    bias[row, 0, c_off : c_off + n_out] = lin.bias
+                    r_off, c_off = r_off + n_in, c_off + n_out
+            else:
+                for (weight, bias), lin in zip(parts, linears):
+                    weight[row] = lin.weight.T
+                    bias[row, 0] = lin.bias
+
+        ph, vh = model.policy_head, model.value_head
+        if self.normalize_returns:
+            self.ret_mean[row] = model.ret_norm.mean.float()
+            self.ret_std[row] = model.ret_norm.std.float()
+        # the value column is denormalised in the head: v * std + mean folded into w and b
+        scale, shift = self.ret_std[row], self.ret_mean[row]
+        w.head_w[row, :, -1] = vh.weight[0] * scale
+        w.head_b[row, 0, -1] = vh.bias[0] * scale + shift
+        if self.act_spec.kind == "discrete":
+            off = 0
+            for i, n in enumerate(self.act_spec.nvec):
+                col = i * self._head_pad
+                w.head_w[row, :, col : col + n] = ph.weight[off : off + n].T
+                w.head_b[row, 0, col : col + n] = ph.bias[off : off + n]
+                off += n
+        else:
+            a = self.act_spec.dim
+            log_std = model.log_std.detach().float()
+            self.log_std[row] = log_std
+            w.head_w[row, :, :a] = ph.weight.T
+            w.head_b[row, 0, :a] = ph.bias
+            w.head_b[row, 0, a : 2 * a] = log_std.exp()
+            w.head_b[row, 0, 2 * a : 3 * a] = -1.0 / (2 * (2 * log_std).exp())
+            w.head_b[row, 0, 3 * a] = -(log_std + _HALF_LOG_2PI).sum()
+        self._selected.clear()
+
+    # --- acting ---------------------------------------------------------------------------------
+    def _make_plan(self, rows: np.ndarray, key: bytes) -> _Plan:
+        n = rows.shape[0]
+        if n and (rows.min() < 0 or rows.max() >= self.num_rows):
+            raise IndexError(f"rows must lie in [0, {self.num_rows})")
+        counts = np.bincount(rows, minlength=self.num_rows)
+        active = np.flatnonzero(counts)
+        cnt = counts[active]
+        n_max = int(cnt.max())
+        order = np.argsort(rows, kind="stable")
+        starts = np.cumsum(cnt) - cnt
+        # short groups repeat their last agent; those padded results are simply never read
+        take = starts[:, None] + np.minimum(np.arange(n_max)[None, :], cnt[:, None] - 1)
+        gather = order[take].reshape(-1)
+        if gather.shape[0] == n and (gather == np.arange(n)).all():
+            gather_t = scatter_t = None  # agents already grouped by row in equal numbers
+        else:
+            slot = np.zeros(self.num_rows, np.int64)
+            slot[active] = np.arange(active.shape[0])
+            rank = np.empty(n, np.int64)
+            rank[order] = np.arange(n) - np.repeat(starts, cnt)
+            gather_t = torch.from_numpy(gather.astype(np.int64))
+            scatter_t = torch.from_numpy(slot[rows] * n_max + rank)
+        return _Plan(key, n, n_max, active, active.tobytes(), gather_t, scatter_t)
+
+    def _weights_for(self, plan: _Plan) -> _Weights:
+        if plan.active.shape[0] == self.num_rows:
+            return self._weights
+        sel = self._selected.get(plan.active_key)
+        if sel is None:
+            sel = self._weights.select(torch.from_numpy(plan.active.astype(np.int64)))
+            self._selected[plan.active_key] = sel
+        return sel
+
+    @torch.inference_mode()
+    def act(
+        self, obs: dict[str, Tensor], rows: np.ndarray, deterministic: bool = False
+    ) -> tuple[Tensor, Tensor, Tensor]:
+        """obs[k]: [N, dim]; rows: [N] row of each agent. Returns actions [N, act_dim],
+        log-probs [N] and raw (denormalised) values [N], in the agents' order."""
+        rows = np.asarray(rows, dtype=np.int64).reshape(-1)
+        n = rows.shape[0]
+        if n == 0:
+            dim = self.act_spec.dim
+            return torch.zeros(0, dim, dtype=self.act_spec.dtype), torch.zeros(0), torch.zeros(0)
+        key = rows.tobytes()
+        plan = self._plan
+        if plan is None or plan.key != key:
+            plan = self._plan = self._make_plan(rows, key)
+        w = self._weights_for(plan)
+
+        if len(self.keys) == 1:
+            x = obs[self.keys[0]]
+        else:
+            x = torch.cat([obs[k] for k in self.keys], dim=-1)
+        if x.dtype != torch.float32:
+            x = x.float()
+        if plan.gather is not None:
+            x = x.index_select(0, plan.gather)
+        x = x.view(-1, plan.n_max, self.in_dim)
+        if w.norm_mean is not None:
+            x = torch.sub(x, w.norm_mean).div_(w.norm_std).clamp_(w.norm_lo, w.norm_hi)
+
+        act = self._act
+        for parts in w.layers:
+            if len(parts) == 1:
+                x = act(torch.baddbmm(parts[0][1], x, parts[0][0]))
+                continue
+            if isinstance(x, Tensor):  # leaving the block-diagonal first layer
+                x = x.split(x.shape[-1] // len(parts), dim=-1)
+            x = [act(torch.baddbmm(b, xk, wk)) for (wk, b), xk in zip(parts, x)]
+        if not isinstance(x, Tensor):
+            x = torch.cat(x, dim=-1)
+
+        out = torch.baddbmm(w.head_b, x, w.head_w)
+        out = out.view(-1, out.shape[-1])
+        if plan.scatter is not None:
+            out = out.index_select(0, plan.scatter)
+        values = out[:, -1]
+
+        if self.act_spec.kind == "discrete":
+            heads, pad = len(self.act_spec.nvec), self._head_pad
+            logits = out[:, : self._num_logits].view(n, heads, pad)
+            log_softmax = torch.log_softmax(logits, dim=-1)
+            if deterministic:
+                actions = logits.argmax(dim=-1)
+            else:
+                probs = log_softmax.exp().view(n * heads, pad)
+                actions = torch.multinomial(probs, 1).view(n, heads)
+            log_probs = log_softmax.gather(-1, actions.unsqueeze(-1)).view(n, heads)
+            log_probs = log_probs.view(n) if heads == 1 else log_probs.sum(-1)
+            return actions, log_probs, values
+
+        a = self.act_spec.dim
+        mean, std = out[:, :a], out[:, a : 2 * a]
+        if deterministic:
+            actions = mean.contiguous()
+        else:
+            actions = torch.addcmul(mean, std, torch.randn(n, a))
+        # from the actions themselves, as the learner will recompute it
+        diff = actions - mean
+        log_probs = (diff * diff * out[:, 2 * a : 3 * a]).sum(-1) + out[:, 3 * a]
+        return actions, log_probs, values
