@@ -43,13 +43,25 @@ def tree_uss_mb(pid: int) -> float:
 
 def train_run(args, num_policies: int, train_dir: str) -> dict:
     exp = f"bench_p{num_policies}"
-    cmd = [sys.executable, "-m", "launch.train", f"--env={args.env}",
-           f"--num_workers={args.num_workers}", f"--num_envs_per_worker={args.num_envs}",
-           f"--rollout={args.rollout}", f"--batch_size={args.batch_size}",
-           "--encoder_mlp_layers", *[str(x) for x in args.mlp], f"--num_policies={num_policies}",
-           f"--train_for_seconds={args.seconds}", f"--train_dir={train_dir}",
-           f"--experiment={exp}", "--status_interval=2", "--restart_behavior=overwrite",
-           "--save_every_sec=100000"]
+    cmd = [
+        sys.executable,
+        "-m",
+        "launch.train",
+        f"--env={args.env}",
+        f"--num_workers={args.num_workers}",
+        f"--num_envs_per_worker={args.num_envs}",
+        f"--rollout={args.rollout}",
+        f"--batch_size={args.batch_size}",
+        "--encoder_mlp_layers",
+        *[str(x) for x in args.mlp],
+        f"--num_policies={num_policies}",
+        f"--train_for_seconds={args.seconds}",
+        f"--train_dir={train_dir}",
+        f"--experiment={exp}",
+        "--status_interval=2",
+        "--restart_behavior=overwrite",
+        "--save_every_sec=100000",
+    ]
     if args.with_pbt and num_policies > 1:
         cmd += ["--with_pbt", "--pbt_period_env_steps=200000", "--pbt_start_mutation=200000"]
     log_path = os.path.join(train_dir, f"{exp}.log")
@@ -87,14 +99,16 @@ def _raw_worker(env_name: str, num_envs: int, seconds: float, out) -> None:
         if now - last_t >= 1.0:
             windows.append((steps - last_steps) / (now - last_t))
             last_t, last_steps = now, steps
-    out.put(statistics.median(windows[len(windows) // 2:]))
+    out.put(statistics.median(windows[len(windows) // 2 :]))
 
 
 def raw_rate(args) -> float:
     ctx = multiprocessing.get_context("fork")
     q = ctx.Queue()
-    procs = [ctx.Process(target=_raw_worker, args=(args.env, args.num_envs, 10.0, q))
-             for _ in range(args.num_workers)]
+    procs = [
+        ctx.Process(target=_raw_worker, args=(args.env, args.num_envs, 10.0, q))
+        for _ in range(args.num_workers)
+    ]
     for p in procs:
         p.start()
     rates = [q.get() for _ in procs]
@@ -116,9 +130,12 @@ def main() -> None:
     parser.add_argument("--with_pbt", action="store_true", help="PBT on for populations > 1")
     args = parser.parse_args()
 
-    print(f"env {args.env}, {args.num_workers} workers x {args.num_envs} envs, rollout "
-          f"{args.rollout}, batch {args.batch_size}, MLP {args.mlp}, no RNN, "
-          f"{os.cpu_count()} cores, PBT {'on' if args.with_pbt else 'off'}", flush=True)
+    print(
+        f"env {args.env}, {args.num_workers} workers x {args.num_envs} envs, rollout "
+        f"{args.rollout}, batch {args.batch_size}, MLP {args.mlp}, no RNN, "
+        f"{os.cpu_count()} cores, PBT {'on' if args.with_pbt else 'off'}",
+        flush=True,
+    )
     raw = raw_rate(args)
     print(f"raw env rate, random actions, same layout: {raw:,.0f} frames/s", flush=True)
     rows = []
@@ -126,8 +143,11 @@ def main() -> None:
         for n in args.policies:
             r = train_run(args, n, train_dir)
             rows.append((n, r))
-            print(f"policies {n}: {r['fps']:,.0f} frames/s, peak unique memory "
-                  f"{r['peak_uss_mb']:,.0f} MiB", flush=True)
+            print(
+                f"policies {n}: {r['fps']:,.0f} frames/s, peak unique memory "
+                f"{r['peak_uss_mb']:,.0f} MiB",
+                flush=True,
+            )
     base = rows[0][1]["fps"]
     print("\n| policies | frames/s | vs first | peak USS (MiB) |")
     print("|---|---|---|---|")

@@ -100,6 +100,15 @@ class LearnerHost:
             flatten_state(learner.model, params.flat[msg.row])
             params.version[msg.row] = learner.version
             params.seq[msg.row] += 1
+            # workers hear of the snapshot only after its weights are in place
+            self.report_queue.put(
+                LearnerEvent(
+                    msg.policy_id,
+                    "snapshot_published",
+                    msg.snapshot_id,
+                    {"id": msg.snapshot_id, "row": msg.row},
+                )
+            )
         elif isinstance(msg, SaveCheckpoint):
             for p, learner in self.learners.items():
                 if msg.policy_id is None or msg.policy_id == p:

@@ -139,7 +139,8 @@ class Runner:
             else EloRatings()
         )
         self.snapshots = SnapshotPool(cfg.selfplay_snapshot_pool_size)
-        self.snapshot_rows: dict[str, int] = {}
+        self.snapshot_rows: dict[str, int] = {}  # published snapshots (known to workers)
+        self.snapshot_row_of: dict[str, int] = {}  # every snapshot in the pool -> its row
         self.last_snapshot_steps = [0] * cfg.num_policies
         self.processes: list = []
         self.copy_decided_at: dict[int, float] = {}
@@ -413,6 +414,10 @@ class Runner:
                             objective = ep.episode_return
                         self.pbt.record_episode(ep.policy_id, objective)
                 for match in msg.matches:
+                    if any(
+                        isinstance(s, str) and s not in self.snapshot_row_of for s in match.seats
+                    ):
+                        continue  # played against a snapshot since evicted from the pool
                     for team_a, team_b, score in matches_from_episode(
                         match.seats, match.teams, match.objectives
                     ):
@@ -428,6 +433,9 @@ class Runner:
                         if msg.policy_id >= 0
                         else msg.detail
                     )
+                if msg.kind == "snapshot_published" and msg.data["id"] in self.snapshot_row_of:
+                    self.snapshot_rows[msg.data["id"]] = msg.data["row"]
+                    self._broadcast_snapshots()
                 if msg.kind == "loaded":
                     log(f"policy {msg.policy_id}: {msg.detail}")
                 if msg.kind == "copy_trained" and msg.policy_id in self.copy_decided_at:
@@ -459,7 +467,9 @@ class Runner:
             self.stats.pbt_event(d)
 
     def _snapshot_step(self) -> None:
-        changed = False
+        """Freeze a copy of each policy every --selfplay_snapshot_every_env_steps into a row
+        of the param store; workers are told once the learner confirms it is written."""
+        evicted_any = False
         for p in range(self.num_policies):
             if self.env_steps[p] - self.last_snapshot_steps[p] < (
                 self.cfg.selfplay_snapshot_every_env_steps
@@ -469,21 +479,25 @@ class Runner:
             sid = snapshot_id(p, self.env_steps[p])
             evicted = self.snapshots.add(sid)
             if evicted is not None:
-                row = self.snapshot_rows.pop(evicted)
+                row = self.snapshot_row_of.pop(evicted)
+                self.snapshot_rows.pop(evicted, None)
                 self.elo.remove(evicted)
+                evicted_any = True
             else:
-                row = self.num_policies + len(self.snapshot_rows)
-            self.snapshot_rows[sid] = row
+                row = self.num_policies + len(self.snapshot_row_of)
+            self.snapshot_row_of[sid] = row
             self.elo.set_rating(sid, self.elo.rating(p))
             self.learner_queues[p].put(PublishSnapshot(p, row, sid))
-            changed = True
-        if changed:
-            for q in self.worker_queues:
-                q.put(SetSnapshots(dict(self.snapshot_rows)))
+        if evicted_any:
+            self._broadcast_snapshots()
         if self.cfg.matchmaking == "elo":
             ratings = {k: self.elo.rating(k) for k in self.elo.keys()}
             for q in self.worker_queues:
                 q.put(SetRatings(ratings))
+
+    def _broadcast_snapshots(self) -> None:
+        for q in self.worker_queues:
+            q.put(SetSnapshots(dict(self.snapshot_rows)))
 
     def _save_side_state(self) -> None:
         from rl_pbt.logging.files import atomic_write_json
@@ -493,6 +507,10 @@ class Runner:
             {"weights_copied": c, "first_update": t} for c, t in self.copy_latencies
         ]
         atomic_write_json(os.path.join(self.exp_dir, "summary.json"), summary)
+        if self.pbt is not None:
+            self.pbt.save()
+        if len(self.elo):
+            atomic_write_json(self._elo_path(), self.elo.to_dict())
 
 
 def _warm_up_imports(model) -> None:

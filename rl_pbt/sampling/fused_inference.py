@@ -74,9 +74,9 @@ class _Weights:
 
     norm_mean: Tensor | None  # [R, 1, D]
     norm_std: Tensor | None  # [R, 1, D]
-    norm_lo: Tensor | None  # [R, 1, D]
-    norm_hi: Tensor | None  # [R, 1, D]
-    # layer -> parts: a single block-diagonal part for all keys, or one part per key
+    norm_lo: Tensor | None  # [R, 1, D] -clip
+    norm_hi: Tensor | None  # [R, 1, D] clip
+    # layer -> parts: one block-diagonal part for all keys, or one part per key
     layers: list[list[tuple[Tensor, Tensor]]]  # weight [R, in, out], bias [R, 1, out]
     head_w: Tensor  # [R, F, C]
     head_b: Tensor  # [R, 1, C]
@@ -95,7 +95,6 @@ class _Plan:
     """How agents map onto the padded [rows, n_max] batch; reused while `rows` is unchanged."""
 
     key: bytes
-    num_agents: int
     n_max: int
     active: np.ndarray  # rows present, ascending
     active_key: bytes
@@ -106,9 +105,12 @@ class _Plan:
 class FusedPopulationPolicy:
     """`ActorCritic.act` for many models at once: row r of every stack holds one model."""
 
-    # Several observation keys share one block-diagonal layer while it stays narrow (one op for
-    # all keys); wider layers run per key, where the zero blocks would cost more than the ops.
-    block_diag_max_width = 256
+    # Several observation keys share block-diagonal layers (one op for all keys) while these
+    # stay this narrow; wider ones run per key, as the zero blocks then cost more than the ops
+    # saved (measured with 2 keys: even at width 64 per key, per key from 128).
+    block_diag_max_width = 128
+    # stacked weights kept for subsets of rows in use (dropped whenever a row is loaded)
+    max_cached_subsets = 4
 
     @staticmethod
     def supported(model: ActorCritic) -> bool:
@@ -117,8 +119,10 @@ class FusedPopulationPolicy:
         if any(len(shape) != 1 for shape in model.obs_spec.shapes):
             return False
         layers = _layout(model)[1]
-        # keys share layer sizes and activations (true for `mlp()`), so they can be stacked
-        return all(p is not None for p in layers) and len(set(layers)) == 1
+        if any(p is None for p in layers):
+            return False
+        # keys share widths and activations (true for `mlp()`), so their layers can be stacked
+        return len({tuple(layer[1:] for layer in p) for p in layers}) == 1
 
     def __init__(self, template: ActorCritic, num_rows: int):
         if not self.supported(template):
@@ -140,26 +144,21 @@ class FusedPopulationPolicy:
         self.widths = [lin.out_features for lin, _ in pairs]
         self._act = _activation(pairs[0][1]) if pairs else None
         num_keys = len(self.keys)
-        # the first layer reads the concatenated inputs, which are usually short, so it is
-        # always block-diagonal; deeper layers only while narrow enough
-        self._split = num_keys > 1 and any(
-            num_keys * w > self.block_diag_max_width for w in self.widths[1:]
+        self._split = num_keys > 1 and num_keys * max(self.widths, default=0) > (
+            self.block_diag_max_width
         )
         feat = num_keys * self.widths[-1] if self.widths else self.in_dim
 
         r, d = num_rows, self.in_dim
-        if self.normalize_input:
-            self.norm_mean = torch.zeros(r, 1, d)
-            self.norm_std = torch.ones(r, 1, d)
-            self.norm_clip = torch.full((r, 1, d), math.inf)
         layers: list[list[tuple[Tensor, Tensor]]] = []
         in_sizes = self.dims
-        for i, width in enumerate(self.widths):
-            if i > 0 and self._split:
+        for width in self.widths:
+            if self._split:
                 parts = [(torch.zeros(r, n, width), torch.zeros(r, 1, width)) for n in in_sizes]
             else:
-                n = sum(in_sizes)
-                parts = [(torch.zeros(r, n, num_keys * width), torch.zeros(r, 1, num_keys * width))]
+                # keys are concatenated: zero off-diagonal blocks keep them apart
+                n, m = sum(in_sizes), num_keys * width
+                parts = [(torch.zeros(r, n, m), torch.zeros(r, 1, m))]
             layers.append(parts)
             in_sizes = [width] * num_keys
 
@@ -167,7 +166,7 @@ class FusedPopulationPolicy:
             nvec = self.act_spec.nvec
             self._head_pad = max(nvec)
             # logits of head i fill columns [i * pad, i * pad + n_i), so a [N, heads, pad] view
-            # serves all heads with one log-softmax and one multinomial
+            # serves all heads with one log-softmax and one sampling race
             num_logits = len(nvec) * self._head_pad
             cols = num_logits + 1
         else:
@@ -181,18 +180,16 @@ class FusedPopulationPolicy:
         if self.act_spec.kind == "discrete":
             head_b[:, :, :num_logits] = _PAD_LOGIT
         self._num_logits = num_logits
+        norm = self.normalize_input
         self._weights = _Weights(
-            norm_mean=self.norm_mean if self.normalize_input else None,
-            norm_std=self.norm_std if self.normalize_input else None,
-            norm_lo=None,
-            norm_hi=None,
+            norm_mean=torch.zeros(r, 1, d) if norm else None,
+            norm_std=torch.ones(r, 1, d) if norm else None,
+            norm_lo=torch.full((r, 1, d), -math.inf) if norm else None,
+            norm_hi=torch.full((r, 1, d), math.inf) if norm else None,
             layers=layers,
             head_w=head_w,
             head_b=head_b,
         )
-        if self.normalize_input:
-            self._weights.norm_lo = torch.full((r, 1, d), -math.inf)
-            self._weights.norm_hi = self.norm_clip
         self.log_std = (
             torch.zeros(r, self.act_spec.dim) if self.act_spec.kind != "discrete" else None
         )
@@ -212,19 +209,19 @@ class FusedPopulationPolicy:
         if self.normalize_input:
             off = 0
             for key, dim in zip(self.keys, self.dims):
-                norm = model.obs_norms[key]
+                norm, cols = model.obs_norms[key], slice(off, off + dim)
                 # same float64 -> float32 rounding as RunningMeanStd.normalize
-                self.norm_mean[row, 0, off : off + dim] = norm.mean.float()
-                self.norm_std[row, 0, off : off + dim] = (norm.var + norm.eps).sqrt().float()
-                self.norm_clip[row, 0, off : off + dim] = norm.clip
+                w.norm_mean[row, 0, cols] = norm.mean.float()
+                w.norm_std[row, 0, cols] = (norm.var + norm.eps).sqrt().float()
+                w.norm_lo[row, 0, cols] = -norm.clip
+                w.norm_hi[row, 0, cols] = norm.clip
                 off += dim
-            w.norm_lo[row].copy_(-self.norm_clip[row])
 
         encoders = [_mlp_layers(model.encoders[k]) for k in self.keys]
         for i, parts in enumerate(w.layers):
             linears = [pairs[i][0] for pairs in encoders]
-            if len(parts) == 1:
-                weight, bias = parts[0]
+            if not self._split:
+                ((weight, bias),) = parts
                 r_off = c_off = 0
                 for lin in linears:
                     n_in, n_out = lin.in_features, lin.out_features
@@ -285,13 +282,15 @@ class FusedPopulationPolicy:
             rank[order] = np.arange(n) - np.repeat(starts, cnt)
             gather_t = torch.from_numpy(gather.astype(np.int64))
             scatter_t = torch.from_numpy(slot[rows] * n_max + rank)
-        return _Plan(key, n, n_max, active, active.tobytes(), gather_t, scatter_t)
+        return _Plan(key, n_max, active, active.tobytes(), gather_t, scatter_t)
 
     def _weights_for(self, plan: _Plan) -> _Weights:
         if plan.active.shape[0] == self.num_rows:
             return self._weights
         sel = self._selected.get(plan.active_key)
         if sel is None:
+            if len(self._selected) >= self.max_cached_subsets:
+                del self._selected[next(iter(self._selected))]  # oldest
             sel = self._weights.select(torch.from_numpy(plan.active.astype(np.int64)))
             self._selected[plan.active_key] = sel
         return sel
@@ -321,20 +320,19 @@ class FusedPopulationPolicy:
             x = x.float()
         if plan.gather is not None:
             x = x.index_select(0, plan.gather)
-        x = x.view(-1, plan.n_max, self.in_dim)
+        x = x.reshape(-1, plan.n_max, self.in_dim)
         if w.norm_mean is not None:
             x = torch.sub(x, w.norm_mean).div_(w.norm_std).clamp_(w.norm_lo, w.norm_hi)
 
         act = self._act
-        for parts in w.layers:
-            if len(parts) == 1:
-                x = act(torch.baddbmm(parts[0][1], x, parts[0][0]))
-                continue
-            if isinstance(x, Tensor):  # leaving the block-diagonal first layer
-                x = x.split(x.shape[-1] // len(parts), dim=-1)
-            x = [act(torch.baddbmm(b, xk, wk)) for (wk, b), xk in zip(parts, x)]
-        if not isinstance(x, Tensor):
-            x = torch.cat(x, dim=-1)
+        if self._split:
+            xs = x.split(self.dims, dim=-1)
+            for parts in w.layers:
+                xs = [act(torch.baddbmm(b, xk, wk)) for (wk, b), xk in zip(parts, xs)]
+            x = torch.cat(xs, dim=-1)
+        else:
+            for ((wk, b),) in w.layers:
+                x = act(torch.baddbmm(b, x, wk))
 
         out = torch.baddbmm(w.head_b, x, w.head_w)
         out = out.view(-1, out.shape[-1])
@@ -349,8 +347,12 @@ class FusedPopulationPolicy:
             if deterministic:
                 actions = logits.argmax(dim=-1)
             else:
-                probs = log_softmax.exp().view(n * heads, pad)
-                actions = torch.multinomial(probs, 1).view(n, heads)
+                # Exponential race, as torch.multinomial does for one sample but without its
+                # input checks, which cost more than the whole network at these sizes:
+                # argmin E_i / p_i with E_i = -log(u_i) picks i with probability p_i. u < 1
+                # makes log(u) < 0, so zero-probability (padding) entries give -inf.
+                race = torch.rand_like(log_softmax).log_().div_(log_softmax.exp())
+                actions = race.argmax(dim=-1)
             log_probs = log_softmax.gather(-1, actions.unsqueeze(-1)).view(n, heads)
             log_probs = log_probs.view(n) if heads == 1 else log_probs.sum(-1)
             return actions, log_probs, values

@@ -27,6 +27,7 @@ from rl_pbt.runtime import heartbeat as hb
 from rl_pbt.runtime.messages import (
     EpisodeStats,
     MatchResult,
+    SetRatings,
     SetRewardShaping,
     SetSnapshots,
     Trajectories,
@@ -95,9 +96,12 @@ class RolloutWorker:
         self.default_shaping = target0.get_default_reward_shaping() if target0 else None
 
         self.models: dict[int, ActorCritic] = {}
-        self.model_version: dict[int, int] = {}
+        self.model_version: dict[int, int] = {}  # learner version of the weights in use
+        self.model_seq: dict[int, int] = {}  # param-store write counter when they were read
         self.make_model = make_model
         self.snapshot_store: dict[str, int] = {}  # snapshot id -> row of the param store
+        self.ratings = None  # EloRatings for Elo matchmaking (set by the runner)
+        self.snapshot_models: dict[str, ActorCritic] = {}
 
         n_act = len(self.envs) * self.num_agents
         self.num_actors = n_act
@@ -155,7 +159,11 @@ class RolloutWorker:
             if isinstance(seat, str) and seat not in self.snapshot_store:
                 seat = int(self.rng.integers(self.num_policies))  # snapshot gone: a live policy
             self.seat[i] = seat
+            if isinstance(seat, str):
+                self._snapshot_model(seat)  # load now, while the snapshot is surely known
         self._install_shaping(e)
+        if self.snapshot_models:
+            self._drop_unused_snapshots()
 
     def _install_shaping(self, e: int) -> None:
         target = self.shaping_targets[e]
@@ -189,20 +197,47 @@ class RolloutWorker:
             # installed on each env at the start of its next episode (see _install_shaping)
             self.shaping[msg.policy_id] = msg.shaping
         elif isinstance(msg, SetSnapshots):
-            self.snapshot_store = dict(msg.snapshot_ids)
+            # in place: the matchmaker reads this same dict
+            self.snapshot_store.clear()
+            self.snapshot_store.update(msg.snapshot_ids)
+        elif isinstance(msg, SetRatings) and self.ratings is not None:
+            for key, rating in msg.ratings.items():
+                self.ratings.set_rating(key, rating)
 
     def _model_for(self, seat) -> ActorCritic:
-        row = seat if self._is_policy(seat) else self.snapshot_store[seat]
+        if not self._is_policy(seat):
+            return self._snapshot_model(seat)
+        row = seat
         model = self.models.get(row)
         if model is None:
             model = self.make_model()
             model.eval()
             self.models[row] = model
-            self.model_version[row] = -1
-        latest = self.params.current_version(row)
-        if latest != self.model_version[row]:
+            self.model_seq[row] = -1
+        # the write counter, not the version, tells that weights changed: a snapshot row that
+        # is reused may hold a new snapshot with the same version number as the old one
+        seq = int(self.params.seq[row])
+        if seq != self.model_seq[row]:
             self.model_version[row] = self.params.read_into(row, model)
+            self.model_seq[row] = seq
         return model
+
+    def _snapshot_model(self, sid: str) -> ActorCritic:
+        """Frozen weights, read once when first seated and kept until no seat uses them, so
+        an episode against a snapshot that is evicted meanwhile plays on unchanged."""
+        model = self.snapshot_models.get(sid)
+        if model is None:
+            model = self.make_model()
+            model.eval()
+            self.params.read_into(self.snapshot_store[sid], model)
+            self.snapshot_models[sid] = model
+        return model
+
+    def _drop_unused_snapshots(self) -> None:
+        seated = {s for s in self.seat if not self._is_policy(s)}
+        for sid in list(self.snapshot_models):
+            if sid not in seated and sid not in self.snapshot_store:
+                del self.snapshot_models[sid]
 
     @staticmethod
     def _is_policy(seat) -> bool:
@@ -316,6 +351,9 @@ class RolloutWorker:
                         self.h[i] = 0.0
                     if self._is_policy(old_seats[a]):
                         self._pad_and_finish(i, old_seats[a], finished)
+                    elif self._trains(i):  # a frozen snapshot's seat now goes to a policy
+                        self.slot[i] = self._acquire(1)[0]
+                        self.t[i] = -1  # incremented to 0 right after
         for a in range(n):
             i = base + a
             if self._trains(i):

@@ -1,0 +1,108 @@
+"""What PBT costs: frames/s of the same 8-policy run with and without --with_pbt (alternating
+runs, medians), and the time from a replacement decision to the target learner's first update
+on the copied weights, for a ~1M-parameter model on the CPU.
+
+    python benchmarks/pbt_overhead.py [--seconds 40] [--repeats 2]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+COMMON = [
+    "--env=CartPole-v1",
+    "--num_workers=2",
+    "--num_envs_per_worker=8",
+    "--rollout=32",
+    "--batch_size=512",
+    "--num_policies=8",
+    "--status_interval=2",
+    "--save_every_sec=100000",
+    "--restart_behavior=overwrite",
+]
+
+
+def train(train_dir: str, exp: str, extra: list[str]) -> dict:
+    cmd = [
+        sys.executable,
+        "-m",
+        "launch.train",
+        *COMMON,
+        f"--train_dir={train_dir}",
+        f"--experiment={exp}",
+        *extra,
+    ]
+    log = os.path.join(train_dir, f"{exp}.log")
+    with open(log, "w") as f:
+        status = subprocess.call(cmd, cwd=ROOT, stdout=f, stderr=subprocess.STDOUT)
+    if status != 0:
+        with open(log) as f:
+            print(f.read()[-3000:])
+        raise RuntimeError(f"run {exp} failed")
+    with open(os.path.join(train_dir, exp, "summary.json")) as f:
+        return json.load(f)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--seconds", type=int, default=40)
+    parser.add_argument("--repeats", type=int, default=2)
+    args = parser.parse_args()
+    with tempfile.TemporaryDirectory() as d:
+        fps = {"off": [], "on": []}
+        pbt = ["--with_pbt", "--pbt_period_env_steps=20000", "--pbt_start_mutation=20000"]
+        for r in range(args.repeats):
+            for mode in ("off", "on"):
+                s = train(
+                    d,
+                    f"ovh_{mode}_{r}",
+                    [f"--train_for_seconds={args.seconds}", "--encoder_mlp_layers", "512", "512"]
+                    + (pbt if mode == "on" else []),
+                )
+                fps[mode].append(s["fps_median_second_half"])
+                print(f"run {r} PBT {mode}: {fps[mode][-1]:,.0f} frames/s", flush=True)
+        off, on = statistics.median(fps["off"]), statistics.median(fps["on"])
+        print(
+            f"8 policies, CartPole, MLP [512, 512]: {off:,.0f} frames/s without PBT, "
+            f"{on:,.0f} with PBT (updates every 20k frames per policy): {on / off:.1%} "
+            f"(goal >= 97%)"
+        )
+
+        s = train(
+            d,
+            "ovh_copy",
+            [
+                f"--train_for_seconds={args.seconds}",
+                "--encoder_mlp_layers",
+                "1024",
+                "1024",
+                *pbt,
+                "--pbt_replace_reward_gap=0.0",
+                "--pbt_replace_reward_gap_absolute=0.0",
+            ],
+        )
+        lat = s["pbt_copy_latency_s"]
+        if not lat:
+            print("no replacement happened in the copy-latency run; run longer")
+            return
+        copied = [x["weights_copied"] for x in lat]
+        first = [x["first_update"] for x in lat]
+        print(
+            f"~1.06M parameters: {len(lat)} replacements; decision -> weights copied: median "
+            f"{statistics.median(copied) * 1e3:.1f} ms (max {max(copied) * 1e3:.1f}); "
+            f"decision -> first update on the copied weights: median "
+            f"{statistics.median(first) * 1e3:.0f} ms (max {max(first) * 1e3:.0f}) "
+            f"(goal < 1 s)"
+        )
+
+
+if __name__ == "__main__":
+    main()

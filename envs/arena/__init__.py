@@ -1,0 +1,61 @@
+"""Registers the built-in arena game: `arena_duel` (1 vs 1) and `arena_2v2` (2 vs 2).
+
+The game itself is `envs.arena.game.ArenaGame`; scripted opponents are in `envs.arena.scripted`.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Optional
+
+import numpy as np
+
+from envs.arena.game import DEFAULT_EPISODE_STEPS, ArenaGame
+from rl_pbt import register_env
+from rl_pbt.config.flags import Flag, positive
+
+ARENA_PLAYERS = {"arena_duel": 2, "arena_2v2": 4}
+
+ARENA_FLAGS = [
+    Flag(
+        "arena_episode_steps",
+        int,
+        DEFAULT_EPISODE_STEPS,
+        "arena time limit in steps (the episode is a draw when it runs out)",
+        positive,
+        group="env",
+    ),
+]
+
+ARENA_DEFAULTS: dict[str, Any] = {
+    "rollout": 32,
+    "encoder_mlp_layers": [128, 128],
+    "num_envs_per_worker": 16,
+    "learning_rate": 3e-4,
+    "exploration_loss_coeff": 0.005,
+    "gamma": 0.99,
+}
+
+
+def env_seed(cfg: Any, env_config: Optional[dict]) -> np.random.SeedSequence:
+    """Per-instance seed: `cfg.seed` (fresh entropy when None) mixed with the env id."""
+    base = getattr(cfg, "seed", None) if cfg is not None else None
+    env_id = int((env_config or {}).get("env_id", 0))
+    return np.random.SeedSequence(entropy=base, spawn_key=(env_id,))
+
+
+def make_arena(
+    full_env_name: str, cfg: Any, env_config: Optional[dict], render_mode: Optional[str] = None
+) -> ArenaGame:
+    if full_env_name not in ARENA_PLAYERS:
+        raise ValueError(f"unknown arena env {full_env_name!r}; known: {sorted(ARENA_PLAYERS)}")
+    steps = getattr(cfg, "arena_episode_steps", None) if cfg is not None else None
+    return ArenaGame(
+        num_agents=ARENA_PLAYERS[full_env_name],
+        episode_steps=steps or DEFAULT_EPISODE_STEPS,
+        seed=env_seed(cfg, env_config),
+        render_mode=render_mode,
+    )
+
+
+for _name in ARENA_PLAYERS:
+    register_env(_name, make_arena, extra_flags=ARENA_FLAGS, default_overrides=ARENA_DEFAULTS)

@@ -1,0 +1,191 @@
+"""Adapter from a PettingZoo `ParallelEnv` to the rl_pbt multi-agent contract, and its registration.
+
+PettingZoo is not imported here: any object with the ParallelEnv API works, so the package
+stays optional (`pip install -e ".[pettingzoo]"`).
+"""
+
+from __future__ import annotations
+
+from typing import Any, Callable, Optional, Sequence
+
+import numpy as np
+from gymnasium import spaces
+
+from rl_pbt import register_env
+from rl_pbt.config.flags import Flag
+
+
+def _zeros_like_space(space: spaces.Space) -> Any:
+    """The all-zero element of a space, observed by agents that are out of the episode."""
+    if isinstance(space, spaces.Dict):
+        return {k: _zeros_like_space(s) for k, s in space.spaces.items()}
+    if isinstance(space, spaces.Tuple):
+        return tuple(_zeros_like_space(s) for s in space.spaces)
+    if isinstance(space, spaces.Discrete):
+        return np.asarray(space.start, dtype=space.dtype)
+    return np.zeros(space.shape, dtype=space.dtype)
+
+
+def _agent_space(env: Any, kind: str, agent: Any) -> spaces.Space:
+    method = getattr(env, f"{kind}_space", None)
+    if callable(method):
+        return method(agent)
+    return getattr(env, f"{kind}_spaces")[agent]
+
+
+class PettingZooParallelAdapter:
+    """A PettingZoo ParallelEnv seen as an rl_pbt multi-agent env.
+
+    Agents are the env's `possible_agents`, in that order, and must share one observation
+    space and one action space. An agent that left the episode observes zeros, gets reward 0
+    and `is_active` False (its action is ignored) until every agent is done; on that final
+    step all agents are `terminated` (or `truncated`, when no live agent terminated) and
+    active, and the returned observations are the first of the next episode.
+    """
+
+    is_multiagent = True
+
+    def __init__(self, parallel_env: Any, seed: Optional[int] = None):
+        if hasattr(parallel_env, "agent_iter") and not hasattr(parallel_env, "possible_agents"):
+            raise TypeError(
+                "an AEC env was given; convert it with "
+                "pettingzoo.utils.conversions.aec_to_parallel first"
+            )
+        if not hasattr(parallel_env, "possible_agents"):
+            raise TypeError("expected a PettingZoo ParallelEnv (no `possible_agents` attribute)")
+        self.env = parallel_env
+        self.agent_names: list = list(parallel_env.possible_agents)
+        if not self.agent_names:
+            raise ValueError("the ParallelEnv has no agents")
+        self.num_agents = len(self.agent_names)
+        self.observation_space = _agent_space(parallel_env, "observation", self.agent_names[0])
+        self.action_space = _agent_space(parallel_env, "action", self.agent_names[0])
+        for agent in self.agent_names[1:]:
+            if _agent_space(parallel_env, "observation", agent) != self.observation_space:
+                raise ValueError(
+                    f"agent {agent!r} has another observation space than "
+                    f"{self.agent_names[0]!r}; all agents must share one"
+                )
+            if _agent_space(parallel_env, "action", agent) != self.action_space:
+                raise ValueError(
+                    f"agent {agent!r} has another action space than "
+                    f"{self.agent_names[0]!r}; all agents must share one"
+                )
+        self.render_mode = getattr(parallel_env, "render_mode", None)
+        self._zero_obs = _zeros_like_space(self.observation_space)
+        self._done = [False] * self.num_agents
+        self._last_info: list[dict] = [{} for _ in self.agent_names]
+        self._next_seed = seed
+
+    def _obs_list(self, obs: dict) -> list:
+        return [
+            obs[a] if a in obs and not self._done[i] else self._zero_obs
+            for i, a in enumerate(self.agent_names)
+        ]
+
+    def reset(
+        self, seed: Optional[int] = None, options: Optional[dict] = None
+    ) -> tuple[list, list[dict]]:
+        if seed is None:
+            seed, self._next_seed = self._next_seed, None
+        obs, infos = self.env.reset(seed=seed, options=options)
+        self._done = [False] * self.num_agents
+        self._last_info = [{} for _ in self.agent_names]
+        infos = infos or {}
+        return self._obs_list(obs), [
+            dict(infos.get(a, {}), is_active=True) for a in self.agent_names
+        ]
+
+    def step(
+        self, actions: Sequence[Any]
+    ) -> tuple[list, list[float], list[bool], list[bool], list[dict]]:
+        if len(actions) != self.num_agents:
+            raise ValueError(f"expected {self.num_agents} actions, got {len(actions)}")
+        live = set(getattr(self.env, "agents", self.agent_names))
+        was_done = list(self._done)
+        action_dict = {
+            a: actions[i] for i, a in enumerate(self.agent_names) if not was_done[i] and a in live
+        }
+        obs, rew, term, trunc, infos = self.env.step(action_dict)
+        n = self.num_agents
+        rewards = [0.0] * n
+        terminated = [False] * n
+        truncated = [False] * n
+        out_infos: list[dict] = []
+        any_term = False
+        for i, a in enumerate(self.agent_names):
+            if was_done[i]:
+                out_infos.append({"is_active": False})
+                continue
+            rewards[i] = float(rew.get(a, 0.0))
+            t, tr = bool(term.get(a, False)), bool(trunc.get(a, False))
+            any_term |= t
+            terminated[i], truncated[i] = t, tr
+            info = dict(infos.get(a, {}), is_active=True)
+            if t or tr or a not in obs:
+                self._done[i] = True
+                self._last_info[i] = info
+            out_infos.append(info)
+        remaining = getattr(self.env, "agents", None)
+        if all(self._done) or (remaining is not None and len(remaining) == 0):
+            # the episode is over: every agent ends now, active, with its last info (which
+            # keeps e.g. a `true_objective` reported when it left)
+            ended_by_time = not any_term and any(truncated)
+            for i in range(n):
+                if was_done[i]:
+                    out_infos[i] = dict(self._last_info[i], is_active=True)
+                terminated[i] = not ended_by_time
+                truncated[i] = ended_by_time
+            new_obs, _ = self.reset()
+            return new_obs, rewards, terminated, truncated, out_infos
+        # agents that left mid-episode: their terminal flags wait for the end of the episode
+        return self._obs_list(obs), rewards, [False] * n, [False] * n, out_infos
+
+    def render(self) -> Any:
+        return self.env.render()
+
+    def close(self) -> None:
+        self.env.close()
+
+
+class PettingZooFactory:
+    """A picklable env factory around `creator_fn(**env_kwargs)` returning a ParallelEnv."""
+
+    def __init__(self, creator_fn: Callable[..., Any], env_kwargs: Optional[dict] = None):
+        self.creator_fn = creator_fn
+        self.env_kwargs = dict(env_kwargs or {})
+
+    def __call__(
+        self,
+        full_env_name: str,
+        cfg: Any,
+        env_config: Optional[dict],
+        render_mode: Optional[str] = None,
+    ) -> PettingZooParallelAdapter:
+        kwargs = dict(self.env_kwargs)
+        if render_mode is not None:
+            kwargs["render_mode"] = render_mode
+        base = getattr(cfg, "seed", None) if cfg is not None else None
+        seed = None
+        if base is not None:
+            env_id = int((env_config or {}).get("env_id", 0))
+            seed = int(np.random.SeedSequence(base, spawn_key=(env_id,)).generate_state(1)[0])
+        return PettingZooParallelAdapter(self.creator_fn(**kwargs), seed=seed)
+
+
+def register_pettingzoo_env(
+    name: str,
+    creator_fn: Callable[..., Any],
+    env_kwargs: Optional[dict] = None,
+    extra_flags: Optional[list[Flag]] = None,
+    default_overrides: Optional[dict[str, Any]] = None,
+) -> None:
+    """Register `name` as `creator_fn(**env_kwargs)` (e.g. `pistonball_v6.parallel_env`) wrapped
+    in `PettingZooParallelAdapter`. `creator_fn` should be a module-level function, so that
+    spawned worker processes can rebuild the factory."""
+    register_env(
+        name,
+        PettingZooFactory(creator_fn, env_kwargs),
+        extra_flags=extra_flags,
+        default_overrides=default_overrides,
+    )

@@ -1,0 +1,315 @@
+"""Tests of the arena game (envs.arena): contract, episode ends, shaping, scripted players."""
+
+from __future__ import annotations
+
+import pickle
+import time
+
+import numpy as np
+import pytest
+
+from envs.arena import ARENA_PLAYERS, make_arena
+from envs.arena.game import EVENT_INDEX, EVENTS, ArenaGame
+from envs.arena.scripted import ChaserPlayer, RandomPlayer, play_match
+from rl_pbt.envs.interfaces import RewardShapingInterface, is_multiagent_env
+from rl_pbt.envs.registry import env_default_overrides, make_env
+
+NAMES = sorted(ARENA_PLAYERS)
+
+
+def _env(name: str, env_id: int = 0, **kwargs) -> ArenaGame:
+    env = make_arena(name, None, {"worker_index": 0, "vector_index": env_id, "env_id": env_id})
+    for key, value in kwargs.items():
+        setattr(env, key, value)
+    return env
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_random_steps_follow_the_contract(name):
+    env = _env(name, episode_steps=60)
+    n = env.num_agents
+    assert n == ARENA_PLAYERS[name] and is_multiagent_env(env)
+    assert isinstance(env, RewardShapingInterface)
+    obs, infos = env.reset(seed=3)
+    assert len(obs) == len(infos) == n
+    assert all(info["is_active"] for info in infos)
+    rng = np.random.default_rng(0)
+    length, episodes = 0, 0
+    for _ in range(200):
+        obs, rew, term, trunc, infos = env.step(rng.integers(env.action_space.n, size=n))
+        length += 1
+        assert len(obs) == len(rew) == len(term) == len(trunc) == len(infos) == n
+        for o in obs:
+            assert o.dtype == np.float32 and o.shape == env.observation_space.shape
+            assert env.observation_space.contains(o)
+        assert all(isinstance(r, float) for r in rew)
+        assert len(set(term)) == 1 and len(set(trunc)) == 1, "all agents end together"
+        assert all("is_active" in info for info in infos)
+        if term[0] or trunc[0]:
+            assert not (term[0] and trunc[0])
+            objectives = [info["true_objective"] for info in infos]
+            assert all(v in (0.0, 0.5, 1.0) for v in objectives)
+            for i in range(n):  # teammates share the result; opponents get 1 - it
+                for j in range(n):
+                    same_team = env.team[i] == env.team[j]
+                    expected = objectives[i] if same_team else 1.0 - objectives[i]
+                    assert objectives[j] == expected
+            if trunc[0]:
+                assert length == 60 and objectives == [0.5] * n
+            assert length <= 60
+            # the env reset itself: these are the first observations of the next episode
+            assert env.t == 0 and all(env.alive)
+            assert all(o[env.layout.time_left] == 1.0 for o in obs)
+            length, episodes = 0, episodes + 1
+        else:
+            assert not any("true_objective" in info for info in infos)
+    assert episodes >= 3
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_default_time_limit_and_every_episode_reports_true_objective(name):
+    env = _env(name)
+    n = env.num_agents
+    env.reset(seed=1)
+    players = [RandomPlayer(seed=i) for i in range(n)]
+    obs, _ = env.reset(seed=1)
+    lengths, length = [], 0
+    for _ in range(2000):
+        obs, _, term, trunc, infos = env.step([p.act(o) for p, o in zip(players, obs)])
+        length += 1
+        if term[0] or trunc[0]:
+            assert all("true_objective" in info for info in infos)
+            lengths.append(length)
+            length = 0
+    assert lengths and max(lengths) <= env.episode_steps == 300
+
+
+def test_same_seed_same_game():
+    runs = []
+    for _ in range(2):
+        env = _env("arena_2v2")
+        obs, _ = env.reset(seed=11)
+        rng = np.random.default_rng(5)
+        trace = [np.stack(obs)]
+        for _ in range(120):
+            obs, rew, *_ = env.step(rng.integers(10, size=4))
+            trace.append(np.concatenate([np.stack(obs).ravel(), rew]))
+        runs.append(np.concatenate([t.ravel() for t in trace]))
+    np.testing.assert_array_equal(runs[0], runs[1])
+
+
+def test_eliminated_teammate_is_inactive_until_the_episode_ends():
+    env = _env("arena_2v2")
+    n = env.num_agents
+    lay = env.layout
+    # a strong team against a random one, so that eliminations while a team plays on happen
+    players = [
+        ChaserPlayer(n, seed=0),
+        ChaserPlayer(n, seed=1),
+        RandomPlayer(seed=2),
+        RandomPlayer(seed=3),
+    ]
+    obs, _ = env.reset(seed=7)
+    dead = [False] * n
+    checked_inactive = checked_final = 0
+    for _ in range(3000):
+        obs, rew, term, trunc, infos = env.step([p.act(o) for p, o in zip(players, obs)])
+        if term[0] or trunc[0]:
+            assert all(info["is_active"] for info in infos)
+            if any(dead):
+                checked_final += 1
+                # the earlier-eliminated agent still gets its team's win/loss reward
+                for i in range(n):
+                    if dead[i]:
+                        win = infos[i]["true_objective"] == 1.0
+                        loss = infos[i]["true_objective"] == 0.0
+                        expected = 1.0 if win else (-1.0 if loss else 0.0)
+                        assert rew[i] == pytest.approx(expected)
+            dead = [False] * n
+            continue
+        for i in range(n):
+            if dead[i]:
+                checked_inactive += 1
+                assert infos[i]["is_active"] is False
+                assert rew[i] == 0.0
+                assert not obs[i].any()
+            else:
+                assert infos[i]["is_active"] is True
+        for i in range(n):
+            if not dead[i] and not obs[i][lay.FACING : lay.FACING + 4].any():
+                dead[i] = True  # eliminated in this step: it was still active for it
+                assert not env.alive[i]
+        # an eliminated agent appears as not alive in its teammates' observations
+        for i in range(n):
+            if dead[i]:
+                continue
+            for k, j in enumerate(env._others[i]):
+                assert obs[i][lay.other(k) + lay.O_ALIVE] == (0.0 if dead[j] else 1.0)
+    assert checked_inactive > 10 and checked_final > 3
+
+
+def test_duel_agents_are_always_active():
+    env = _env("arena_duel")
+    obs, _ = env.reset(seed=2)
+    rng = np.random.default_rng(1)
+    for _ in range(300):
+        *_, infos = env.step(rng.integers(10, size=2))
+        assert all(info["is_active"] for info in infos)
+
+
+def _recorded_actions(name: str, steps: int, seed: int) -> list[list[int]]:
+    """Actions of a chaser team against random players: rich in every kind of event."""
+    env = _env(name)
+    n = env.num_agents
+    players = [
+        ChaserPlayer(n, seed=i) if env.team[i] == 0 else RandomPlayer(seed=i) for i in range(n)
+    ]
+    # the chasers sometimes act randomly, so that they also take damage and pick up items
+    noise = np.random.default_rng(seed)
+    obs, _ = env.reset(seed=seed)
+    actions = []
+    for _ in range(steps):
+        acts = [
+            int(noise.integers(10)) if noise.random() < 0.3 else p.act(o)
+            for p, o in zip(players, obs)
+        ]
+        actions.append(acts)
+        obs, *_ = env.step(acts)
+    return actions
+
+
+def _replay(name: str, actions, seed: int, shaping=None, agent_idx=slice(None)):
+    env = _env(name)
+    if shaping is not None:
+        env.set_reward_shaping(shaping, agent_idx)
+    env.reset(seed=seed)
+    rewards, events, objectives = [], [], []
+    for acts in actions:
+        _, rew, term, trunc, infos = env.step(acts)
+        rewards.append(rew)
+        events.append(env.events.copy())
+        if term[0] or trunc[0]:
+            objectives.append([info["true_objective"] for info in infos])
+    return np.array(rewards), np.array(events), objectives
+
+
+@pytest.fixture(scope="module", params=NAMES)
+def replay(request):
+    name = request.param
+    seed = 21
+    actions = _recorded_actions(name, 1500, seed)
+    rewards, events, objectives = _replay(name, actions, seed)
+    return name, seed, actions, rewards, events, objectives
+
+
+def test_default_shaping_is_the_sum_of_weighted_events(replay):
+    name, _, _, rewards, events, objectives = replay
+    defaults = _env(name).get_default_reward_shaping()
+    assert list(defaults) == list(EVENTS)
+    coeffs = np.array([defaults[k] for k in EVENTS])
+    np.testing.assert_allclose(rewards, events @ coeffs, atol=1e-9)
+    totals = events.sum(axis=(0, 1))
+    # independent cross-checks of the event counts
+    assert totals[EVENT_INDEX["damage_dealt"]] == totals[EVENT_INDEX["damage_taken"]]
+    assert totals[EVENT_INDEX["kill"]] >= totals[EVENT_INDEX["death"]]
+    assert totals[EVENT_INDEX["shot_fired"]] >= totals[EVENT_INDEX["damage_dealt"]]
+    objectives = np.array(objectives)
+    assert totals[EVENT_INDEX["win"]] == (objectives == 1.0).sum()
+    assert totals[EVENT_INDEX["loss"]] == (objectives == 0.0).sum()
+
+
+@pytest.mark.parametrize("key", EVENTS)
+def test_every_shaping_coefficient_changes_the_reward(replay, key):
+    name, seed, actions, base_rewards, events, _ = replay
+    env = _env(name)
+    delta = 0.37
+    shaping = {key: env.get_default_reward_shaping()[key] + delta}
+    rewards, _, _ = _replay(name, actions, seed, shaping)
+    counts = events[:, :, EVENT_INDEX[key]]
+    assert counts.sum() > 0, f"the replay never produced a {key!r} event"
+    np.testing.assert_allclose(rewards - base_rewards, delta * counts, atol=1e-9)
+
+    # per-agent shaping: only agent 1's reward moves
+    rewards, _, _ = _replay(name, actions, seed, shaping, agent_idx=1)
+    diff = rewards - base_rewards
+    np.testing.assert_allclose(diff[:, 1], delta * counts[:, 1], atol=1e-9)
+    others = [i for i in range(env.num_agents) if i != 1]
+    assert not diff[:, others].any()
+
+
+def test_shaping_interface_details():
+    env = _env("arena_2v2")
+    assert env.get_reward_shaping(3) == env.get_default_reward_shaping()
+    env.set_reward_shaping({"win": 2.0}, slice(2, 4))
+    assert [env.get_reward_shaping(i)["win"] for i in range(4)] == [1.0, 1.0, 2.0, 2.0]
+    assert env.get_reward_shaping(2)["loss"] == -1.0  # untouched keys keep their values
+    with pytest.raises(ValueError, match="unknown"):
+        env.set_reward_shaping({"wins": 1.0}, 0)
+    defaults = env.get_default_reward_shaping()
+    defaults["win"] = 5.0
+    assert env.get_default_reward_shaping()["win"] == 1.0  # a copy
+
+
+@pytest.mark.parametrize("chaser_seat", [0, 1])
+def test_chaser_beats_random_in_duels(chaser_seat):
+    env = _env("arena_duel")
+    players = [RandomPlayer(seed=1), RandomPlayer(seed=2)]
+    players[chaser_seat] = ChaserPlayer(2, seed=3)
+    results = play_match(env, players, num_games=100, seed=4)
+    assert len(results) == 100 and all(len(r) == 2 for r in results)
+    wins = sum(r[chaser_seat] == 1.0 for r in results)
+    assert wins > 70
+
+
+def test_chaser_team_beats_random_team_in_2v2():
+    env = _env("arena_2v2")
+    players = [
+        RandomPlayer(seed=0),
+        RandomPlayer(seed=1),
+        ChaserPlayer(4, seed=2),
+        ChaserPlayer(4, seed=3),
+    ]
+    results = play_match(env, players, num_games=40, seed=5)
+    assert sum(r[2] == 1.0 for r in results) > 28
+    assert all(r[2] == r[3] and r[0] == 1.0 - r[2] for r in results)
+
+
+def test_render_rgb_array():
+    env = make_arena("arena_2v2", None, {"env_id": 0}, render_mode="rgb_array")
+    env.reset(seed=0)
+    img = env.render()
+    assert img.dtype == np.uint8 and img.ndim == 3 and img.shape[2] == 3
+    assert img.shape[0] == (11 + 2) * env.CELL_PX
+    env.step([1, 2, 3, 4])
+    assert env.render().shape == img.shape
+    assert _env("arena_duel").render() is None
+
+
+def test_registered_and_configurable():
+    from rl_pbt import parse_cfg
+
+    env = make_env("arena_duel", None, {"worker_index": 0, "vector_index": 0, "env_id": 4})
+    assert env.num_agents == 2
+    assert env_default_overrides("arena_2v2")["encoder_mlp_layers"] == [128, 128]
+    cfg = parse_cfg(["--env=arena_2v2", "--arena_episode_steps=77", "--seed=3"])
+    env = make_env("arena_2v2", cfg, {"worker_index": 0, "vector_index": 0, "env_id": 1})
+    assert env.num_agents == 4 and env.episode_steps == 77
+    # env_id separates the random streams of env copies with the same cfg.seed
+    other = make_env("arena_2v2", cfg, {"worker_index": 0, "vector_index": 1, "env_id": 2})
+    again = make_env("arena_2v2", cfg, {"worker_index": 0, "vector_index": 0, "env_id": 1})
+    first = np.stack(env.reset()[0])
+    assert np.array_equal(first, np.stack(again.reset()[0]))
+    assert not np.array_equal(first, np.stack(other.reset()[0]))
+    pickle.dumps(make_arena)  # factories must reach spawned processes
+
+
+def test_speed_sanity(capsys):
+    env = _env("arena_duel")
+    env.reset(seed=0)
+    actions = np.random.default_rng(0).integers(10, size=(3000, 2))
+    start = time.perf_counter()
+    for a in actions:
+        env.step(a)
+    rate = 2 * len(actions) / (time.perf_counter() - start)
+    with capsys.disabled():
+        print(f"\narena_duel: {rate:,.0f} agent steps/s (random actions, one core)")
