@@ -80,25 +80,38 @@ def train_run(args, num_policies: int, train_dir: str) -> dict:
     return {"fps": summary["fps_median_second_half"], "peak_uss_mb": peak}
 
 
-def _raw_worker(env_name: str, num_envs: int, seconds: float, out) -> None:
-    import gymnasium as gym
+def _raw_worker(env_name: str, num_envs: int, seconds: float, worker: int, out) -> None:
+    sys.path.insert(0, ROOT)
+    import envs  # noqa: F401  (registers the built-in envs)
+    from rl_pbt.envs.registry import make_env
+    from rl_pbt.envs.wrappers import as_multiagent
 
-    envs = [gym.make(env_name) for _ in range(num_envs)]
-    for i, e in enumerate(envs):
-        e.reset(seed=i)
+    envs_ = [
+        as_multiagent(
+            make_env(
+                env_name,
+                None,
+                {"worker_index": worker, "vector_index": i, "env_id": worker * num_envs + i},
+            )
+        )
+        for i in range(num_envs)
+    ]
+    for e in envs_:
+        e.reset()
+    n_agents = envs_[0].num_agents
     steps, start = 0, time.time()
     windows = []
     last_t, last_steps = start, 0
     while time.time() - start < seconds:
-        for e in envs:
-            _, _, term, trunc, _ = e.step(e.action_space.sample())
-            if term or trunc:
-                e.reset()
-        steps += num_envs
+        for e in envs_:
+            e.step([e.action_space.sample() for _ in range(n_agents)])
+        steps += num_envs * n_agents
         now = time.time()
         if now - last_t >= 1.0:
             windows.append((steps - last_steps) / (now - last_t))
             last_t, last_steps = now, steps
+    for e in envs_:
+        e.close()
     out.put(statistics.median(windows[len(windows) // 2 :]))
 
 
@@ -106,15 +119,15 @@ def raw_rate(args) -> float:
     ctx = multiprocessing.get_context("fork")
     q = ctx.Queue()
     procs = [
-        ctx.Process(target=_raw_worker, args=(args.env, args.num_envs, 10.0, q))
-        for _ in range(args.num_workers)
+        ctx.Process(target=_raw_worker, args=(args.env, args.num_envs, 10.0, w, q))
+        for w in range(args.num_workers)
     ]
     for p in procs:
         p.start()
     rates = [q.get() for _ in procs]
     for p in procs:
         p.join()
-    return sum(rates)
+    return sum(rates) * args.frameskip
 
 
 def main() -> None:
@@ -128,6 +141,12 @@ def main() -> None:
     parser.add_argument("--batch_size", type=int, default=512)
     parser.add_argument("--mlp", type=int, nargs="+", default=[512, 512])
     parser.add_argument("--with_pbt", action="store_true", help="PBT on for populations > 1")
+    parser.add_argument(
+        "--frameskip",
+        type=int,
+        default=1,
+        help="env frames per agent step, to count raw frames like training",
+    )
     args = parser.parse_args()
 
     print(
@@ -137,7 +156,11 @@ def main() -> None:
         flush=True,
     )
     raw = raw_rate(args)
-    print(f"raw env rate, random actions, same layout: {raw:,.0f} frames/s", flush=True)
+    print(
+        f"raw env rate, random actions, same layout: {raw:,.0f} frames/s (x{args.frameskip} "
+        f"frameskip)",
+        flush=True,
+    )
     rows = []
     with tempfile.TemporaryDirectory() as train_dir:
         for n in args.policies:

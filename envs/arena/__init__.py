@@ -30,7 +30,10 @@ ARENA_DEFAULTS: dict[str, Any] = {
     "rollout": 32,
     "encoder_mlp_layers": [128, 128],
     "num_envs_per_worker": 16,
-    "learning_rate": 3e-4,
+    # measured: 2 self-play policies beat a random player ~80-90% after ~300k frames each
+    "batch_size": 512,
+    "num_epochs": 2,
+    "learning_rate": 5e-4,
     "exploration_loss_coeff": 0.005,
     "gamma": 0.99,
 }

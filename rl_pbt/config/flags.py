@@ -156,6 +156,14 @@ FLAGS: list[Flag] = [
         "advance env copies by different random numbers of steps at start",
         group="sampling",
     ),
+    Flag(
+        "fused_inference",
+        bool,
+        True,
+        "rollout workers run every policy's forward pass at once over stacked weights "
+        "(feed-forward models over vector observations); False: one pass per policy",
+        group="sampling",
+    ),
     # --- learning ---
     Flag(
         "recurrence",

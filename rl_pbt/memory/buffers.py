@@ -137,6 +137,7 @@ class TrajectoryBuffers:
 def num_slots_needed(
     num_actors_total: int, num_policies: int, trajectories_per_iteration: int
 ) -> int:
-    """Enough slots that every actor holds one while every learner gathers a full iteration,
-    plus one spare per actor so sampling can run ahead of learning."""
-    return 2 * num_actors_total + num_policies * trajectories_per_iteration + 1
+    """Every actor holds a slot, may have a full one waiting for its bootstrap value and a
+    parked partial one (see RolloutWorker._switch_policy), while every learner gathers a full
+    iteration; one more so that sampling can always make progress."""
+    return 3 * num_actors_total + num_policies * trajectories_per_iteration + 1

@@ -218,6 +218,9 @@ class Runner:
             ratings=ratings,
             pool=_LivePool(worker_snapshots),
         )
+        share = self._policy_share(worker_idx)
+        if share is not None:
+            matchmaker = _SubsetMatchmaker(share, len(share), cfg.pbt_mix_policies_in_one_env)
         worker = RolloutWorker(
             cfg,
             worker_idx,
@@ -237,6 +240,20 @@ class Runner:
         worker.snapshot_store = worker_snapshots
         worker.ratings = ratings
         return worker
+
+    def _policy_share(self, worker_idx: int):
+        """Single-agent envs: worker w plays policies p with p % num_workers == w (when that
+        splits the population evenly), so its fused forward reads a fraction of the weights;
+        every policy still gets an equal share of experience."""
+        cfg = self.cfg
+        if (
+            self.num_agents != 1
+            or cfg.serial_mode
+            or cfg.num_workers < 2
+            or cfg.num_policies % cfg.num_workers != 0
+        ):
+            return None
+        return list(range(worker_idx, cfg.num_policies, cfg.num_workers))
 
     def _learner_factory(self, policy_id: int) -> Learner:
         return Learner(
@@ -542,6 +559,19 @@ class _MergedQueue:
         if not out:
             raise std_queue.Empty
         return out
+
+
+class _SubsetMatchmaker:
+    """Uniform draws restricted to a subset of the population (see Runner._policy_share)."""
+
+    def __init__(self, policies: list[int], _n: int, mix: bool):
+        self.policies = list(policies)
+        self.mix = mix
+
+    def assign(self, num_agents: int, rng) -> list[int]:
+        if self.mix:
+            return [self.policies[int(rng.integers(len(self.policies)))] for _ in range(num_agents)]
+        return [self.policies[int(rng.integers(len(self.policies)))]] * num_agents
 
 
 class _LivePool:

@@ -24,6 +24,7 @@ from rl_pbt.models.action_dist import to_env_action
 from rl_pbt.models.actor_critic import ActorCritic
 from rl_pbt.models.obs import obs_to_dict
 from rl_pbt.runtime import heartbeat as hb
+from rl_pbt.sampling.fused_inference import FusedPopulationPolicy
 from rl_pbt.runtime.messages import (
     EpisodeStats,
     MatchResult,
@@ -107,6 +108,9 @@ class RolloutWorker:
         self.num_actors = n_act
         model = make_model()
         self.act_spec = model.act_spec
+        self.action_dtype = np.int64 if self.act_spec.kind == "discrete" else np.float32
+        use_fused = cfg.fused_inference and FusedPopulationPolicy.supported(model)
+        self.fused = FusedPopulationPolicy(model, cfg.num_policies) if use_fused else None
         self.obs_keys = model.obs_spec.keys
         self.rnn_size = model.rnn_size
         self.h = torch.zeros(n_act, max(self.rnn_size, 1))
@@ -115,6 +119,7 @@ class RolloutWorker:
         self.slot = np.full(n_act, -1, dtype=np.int64)
         self.t = np.zeros(n_act, dtype=np.int64)
         self.pending_bootstrap: list[tuple[int, int]] = []  # (actor, old slot)
+        self.parked: dict[int, list[tuple[int, int]]] = {}  # policy -> [(slot, steps used)]
         self.ep_return = np.zeros(n_act)
         self.ep_len = np.zeros(n_act, dtype=np.int64)
         self.shaping: dict[int, dict] = {}
@@ -220,6 +225,8 @@ class RolloutWorker:
         if seq != self.model_seq[row]:
             self.model_version[row] = self.params.read_into(row, model)
             self.model_seq[row] = seq
+            if self.fused is not None:
+                self.fused.load(row, model)
         return model
 
     def _snapshot_model(self, sid: str) -> ActorCritic:
@@ -245,54 +252,9 @@ class RolloutWorker:
 
     # --- the step -------------------------------------------------------------------------
     def step(self) -> None:
-        actions = np.zeros(
-            (self.num_actors, self.act_spec.dim),
-            dtype=np.int64 if self.act_spec.kind == "discrete" else np.float32,
-        )
-        groups: dict[Any, list[int]] = {}
-        for i, seat in enumerate(self.seat):
-            groups.setdefault(seat, []).append(i)
-        bootstrap_actors = {a: s for a, s in self.pending_bootstrap}
-        self.pending_bootstrap = []
-        finished: dict[int, list[int]] = {}
-        for seat, actors in groups.items():
-            self._beat(hb.INFERENCE, seat if self._is_policy(seat) else -1)
-            model = self._model_for(seat)
-            idx = np.asarray(actors)
-            obs = {k: torch.from_numpy(self.cur_obs[k][idx]) for k in self.obs_keys}
-            h_before = self.h[idx] if self.rnn_size else None
-            act, logp, values, h_after = model.act(obs, h_before)
-            act_np = act.numpy()
-            actions[idx] = act_np.reshape(len(idx), -1)
-            if self.rnn_size:
-                self.h[idx] = h_after
-            if not self._is_policy(seat):
-                continue
-            version = self.model_version[seat]
-            slots, ts = self.slot[idx], self.t[idx]
-            for k in self.obs_keys:
-                self.np[f"obs.{k}"][slots, ts] = self.cur_obs[k][idx]
-            self.np["actions"][slots, ts] = act_np.reshape(len(idx), -1)
-            self.np["log_probs"][slots, ts] = logp.numpy()
-            vals = values.numpy()
-            self.np["values"][slots, ts] = vals
-            self.np["policy_id"][slots, ts] = seat
-            self.np["policy_version"][slots, ts] = version
-            if self.rnn_size:
-                chunk_start = ts % self.rec == 0
-                if chunk_start.any():
-                    self.np["rnn_states"][slots[chunk_start], ts[chunk_start] // self.rec] = (
-                        h_before[torch.from_numpy(chunk_start)].numpy()
-                    )
-            for j, actor in enumerate(actors):
-                old = bootstrap_actors.get(actor)
-                if old is not None:
-                    self.np["values"][old, self.T] = vals[j]
-                    finished.setdefault(seat, []).append(old)
-        self._send(finished)
-
+        actions = self._act()
         self._beat(hb.STEPPING)
-        finished = {}
+        finished: dict[int, list[int]] = {}
         for e, env in enumerate(self.envs):
             self._beat(hb.STEPPING, e)
             base = e * self.num_agents
@@ -305,6 +267,69 @@ class RolloutWorker:
         self._send(finished)
         self.steps_since_report += self.num_actors
         self._maybe_report()
+
+    def _act(self) -> np.ndarray:
+        """One forward pass per group of seats (all policy seats together when the fused
+        population forward applies), then one vectorised write into the trajectory slots."""
+        n = self.num_actors
+        actions = np.zeros((n, self.act_spec.dim), dtype=self.action_dtype)
+        logp = np.zeros(n, dtype=np.float32)
+        values = np.zeros(n, dtype=np.float32)
+        policy_rows = np.array([s if self._is_policy(s) else -1 for s in self.seat])
+        trains = policy_rows >= 0
+        h_before = self.h.clone() if self.rnn_size else None
+        groups: dict[Any, list[int]] = {}
+        for i, seat in enumerate(self.seat):
+            if self.fused is None or not trains[i]:
+                groups.setdefault(seat, []).append(i)
+        if self.fused is not None and trains.any():
+            idx = np.flatnonzero(trains)
+            self._beat(hb.INFERENCE, -1)
+            for p in np.unique(policy_rows[idx]):
+                self._model_for(int(p))  # refreshes the fused rows of updated policies
+            obs = {k: torch.from_numpy(self.cur_obs[k][idx]) for k in self.obs_keys}
+            a, lp, v = self.fused.act(obs, policy_rows[idx])
+            actions[idx] = a.numpy().reshape(len(idx), -1)
+            logp[idx], values[idx] = lp.numpy(), v.numpy()
+        for seat, actors in groups.items():
+            self._beat(hb.INFERENCE, seat if self._is_policy(seat) else -1)
+            model = self._model_for(seat)
+            idx = np.asarray(actors)
+            obs = {k: torch.from_numpy(self.cur_obs[k][idx]) for k in self.obs_keys}
+            a, lp, v, h_after = model.act(obs, h_before[idx] if self.rnn_size else None)
+            actions[idx] = a.numpy().reshape(len(idx), -1)
+            logp[idx], values[idx] = lp.numpy(), v.numpy()
+            if self.rnn_size:
+                self.h[idx] = h_after
+        if trains.any():
+            self._write_step(np.flatnonzero(trains), policy_rows, actions, logp, values, h_before)
+        return actions
+
+    def _write_step(self, idx, policy_rows, actions, logp, values, h_before) -> None:
+        slots, ts = self.slot[idx], self.t[idx]
+        for k in self.obs_keys:
+            self.np[f"obs.{k}"][slots, ts] = self.cur_obs[k][idx]
+        self.np["actions"][slots, ts] = actions[idx]
+        self.np["log_probs"][slots, ts] = logp[idx]
+        self.np["values"][slots, ts] = values[idx]
+        self.np["policy_id"][slots, ts] = policy_rows[idx]
+        self.np["policy_version"][slots, ts] = [
+            self.model_version[int(p)] for p in policy_rows[idx]
+        ]
+        if self.rnn_size:
+            chunk_start = ts % self.rec == 0
+            if chunk_start.any():
+                self.np["rnn_states"][slots[chunk_start], ts[chunk_start] // self.rec] = h_before[
+                    torch.from_numpy(idx[chunk_start])
+                ].numpy()
+        if self.pending_bootstrap:
+            finished: dict[int, list[int]] = {}
+            for actor, old in self.pending_bootstrap:
+                # the value of the first state of the next trajectory bootstraps the old one
+                self.np["values"][old, self.T] = values[actor]
+                finished.setdefault(int(policy_rows[actor]), []).append(old)
+            self.pending_bootstrap = []
+            self._send(finished)
 
     def _record(self, e, obs, rew, term, trunc, infos, finished) -> None:
         n = self.num_agents
@@ -350,10 +375,9 @@ class RolloutWorker:
                     if self.rnn_size:
                         self.h[i] = 0.0
                     if self._is_policy(old_seats[a]):
-                        self._pad_and_finish(i, old_seats[a], finished)
-                    elif self._trains(i):  # a frozen snapshot's seat now goes to a policy
-                        self.slot[i] = self._acquire(1)[0]
-                        self.t[i] = -1  # incremented to 0 right after
+                        self._switch_policy(i, old_seats[a], finished)
+                    else:  # a frozen snapshot's seat: nothing to close
+                        self._take_slot(i)
         for a in range(n):
             i = base + a
             if self._trains(i):
@@ -385,13 +409,40 @@ class RolloutWorker:
         self.slot[i] = self._acquire(1)[0]
         self.t[i] = 0
 
-    def _pad_and_finish(self, i: int, policy: int, finished: dict) -> None:
-        """The seat changed policy at an episode end: close the old policy's trajectory now,
-        marking its unused steps invalid, and start a fresh one for the new policy."""
+    def _switch_policy(self, i: int, policy: int, finished: dict) -> None:
+        """The seat changed policy at an episode end. The old policy's partial trajectory is
+        parked, to be continued by the next seat that starts an episode with that policy (the
+        episode end between the two parts stops GAE and resets the RNN, so no padding is
+        wasted); with too many parked, it is padded and sent."""
         s, t = int(self.slot[i]), int(self.t[i]) + 1  # the step just recorded counts
+        if t >= self.T:  # ended exactly on the last step: complete, nothing to bootstrap
+            self._pad(s, t, policy)
+            finished.setdefault(policy, []).append(s)
+        elif sum(len(v) for v in self.parked.values()) < self.num_actors:
+            self.parked.setdefault(policy, []).append((s, t))
+        else:
+            self._pad(s, t, policy)
+            finished.setdefault(policy, []).append(s)
+        self._take_slot(i)
+
+    def _take_slot(self, i: int) -> None:
+        """Give seat i a slot for its (new) policy: a parked partial one, else a fresh one."""
+        if not self._trains(i):
+            self.slot[i], self.t[i] = -1, -1
+            return
+        parked = self.parked.get(self.seat[i])
+        if parked:
+            s, t = parked.pop()
+            self.slot[i], self.t[i] = s, t - 1  # incremented to t right after
+        else:
+            self.slot[i] = self._acquire(1)[0]
+            self.t[i] = -1  # incremented to 0 right after
+
+    def _pad(self, s: int, t: int, policy: int) -> None:
+        """Close slot s after its first t steps: the rest is marked invalid."""
         if t < self.T:
             for k in self.obs_keys:
-                self.np[f"obs.{k}"][s, t:] = self.cur_obs[k][i]
+                self.np[f"obs.{k}"][s, t:] = self.np[f"obs.{k}"][s, t - 1]
             self.np["actions"][s, t:] = 0
             self.np["log_probs"][s, t:] = 0.0
             self.np["values"][s, t:] = 0.0
@@ -403,15 +454,9 @@ class RolloutWorker:
             if self.rnn_size:
                 first_chunk = -(-t // self.rec)
                 self.np["rnn_states"][s, first_chunk:] = 0.0
-        for k in self.obs_keys:
-            self.np[f"obs.{k}"][s, self.T] = self.cur_obs[k][i]
+        for k in self.obs_keys:  # any finite observation: the last step ended an episode
+            self.np[f"obs.{k}"][s, self.T] = self.np[f"obs.{k}"][s, t - 1]
         self.np["values"][s, self.T] = 0.0
-        finished.setdefault(policy, []).append(s)
-        if self._trains(i):
-            self.slot[i] = self._acquire(1)[0]
-        else:
-            self.slot[i] = -1
-        self.t[i] = -1  # incremented to 0 right after
 
     def _send(self, finished: dict[int, list[int]]) -> None:
         for policy, slots in finished.items():

@@ -126,6 +126,8 @@ def test_every_sample_reaches_the_learner_of_its_own_policy(tmp_path):
             in_flight[seat] += int(worker.t[i])
         for i, _ in worker.pending_bootstrap:
             in_flight[worker.seat[i]] += cfg.rollout
+        for p, parked in worker.parked.items():  # partial trajectories waiting to be continued
+            in_flight[p] += sum(t for _, t in parked)
     for p in emitted:
         assert emitted[p] == counts[p] + in_flight[p], (p, emitted, counts, in_flight)
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import copy
 import functools
 
 import gymnasium as gym
@@ -160,10 +161,8 @@ def test_keys_in_separate_layers_match(obs, monkeypatch):
 
 
 def test_encoder_without_layers():
-    cfg = make_cfg((8,), True, True)
-    cfg = type(cfg).__new__(type(cfg))
-    cfg.__dict__.update(make_cfg((8,), True, True).__dict__)
-    cfg.encoder_mlp_layers = []
+    cfg = copy.copy(make_cfg((8,), True, True))
+    cfg.encoder_mlp_layers = []  # the command line insists on at least one layer
     obs_space = OBS_SPACES["dict"]
     models, fused = make_population(obs_space, ACTION_SPACES["box"], cfg, 2)
     assert len(models[0].encoders["a"]) == 0
