@@ -24,7 +24,6 @@ from rl_pbt.models.action_dist import to_env_action
 from rl_pbt.models.actor_critic import ActorCritic
 from rl_pbt.models.obs import obs_to_dict
 from rl_pbt.runtime import heartbeat as hb
-from rl_pbt.sampling.fused_inference import FusedPopulationPolicy
 from rl_pbt.runtime.messages import (
     EpisodeStats,
     MatchResult,
@@ -34,6 +33,7 @@ from rl_pbt.runtime.messages import (
     Trajectories,
     WorkerReport,
 )
+from rl_pbt.sampling.fused_inference import FusedPopulationPolicy
 
 
 class StopRequested(Exception):
