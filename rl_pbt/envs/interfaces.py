@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
+from abc import ABC, abstractmethod
 from typing import Any, Optional, Union
 
 
-class RewardShapingInterface:
+class RewardShapingInterface(ABC):
     """Envs whose shaped reward PBT may tune.
 
     `get_default_reward_shaping()` returns a (possibly nested) dict whose leaves are floats or
@@ -14,11 +15,13 @@ class RewardShapingInterface:
     of an agent whose policy changed.
     """
 
+    @abstractmethod
     def get_default_reward_shaping(self) -> Optional[dict]:
-        raise NotImplementedError
+        """The starting shaping values (nested dict of floats / tuples of floats), or None."""
 
+    @abstractmethod
     def set_reward_shaping(self, reward_shaping: dict, agent_idx: Union[int, slice]) -> None:
-        raise NotImplementedError
+        """Use these values for agent `agent_idx` (an int, or a slice of agents) from now on."""
 
 
 def find_reward_shaping_env(env: Any) -> Optional[RewardShapingInterface]:

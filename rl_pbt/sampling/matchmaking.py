@@ -5,6 +5,7 @@ Pure strategies driven by a caller-owned numpy Generator; `EloMatchmaker` reads 
 
 from __future__ import annotations
 
+from abc import ABC, abstractmethod
 from collections import deque
 from collections.abc import Sequence
 from typing import Any, Callable, Optional, Union
@@ -82,7 +83,7 @@ class SnapshotPool:
         return pool
 
 
-class Matchmaker:
+class Matchmaker(ABC):
     """Base strategy: the first seat is a uniform policy; subclasses choose the opponents.
 
     mix_policies_in_one_env=False puts the first seat's policy in every seat (one policy per
@@ -109,9 +110,9 @@ class Matchmaker:
         self.snapshot_prob = float(snapshot_prob)
         self.snapshot_ids = snapshot_ids
 
+    @abstractmethod
     def opponent_probs(self, first_policy: int) -> np.ndarray:
         """Distribution over policies for an opponent seat, given the first seat's policy."""
-        raise NotImplementedError
 
     def assign(self, num_agents: int, rng: np.random.Generator) -> list[Seat]:
         """The population member (int) or snapshot id (str) for each seat of one new episode."""

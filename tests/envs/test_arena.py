@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import pickle
-import time
 
 import numpy as np
 import pytest
@@ -302,14 +301,3 @@ def test_registered_and_configurable():
     assert not np.array_equal(first, np.stack(other.reset()[0]))
     pickle.dumps(make_arena)  # factories must reach spawned processes
 
-
-def test_speed_sanity(capsys):
-    env = _env("arena_duel")
-    env.reset(seed=0)
-    actions = np.random.default_rng(0).integers(10, size=(3000, 2))
-    start = time.perf_counter()
-    for a in actions:
-        env.step(a)
-    rate = 2 * len(actions) / (time.perf_counter() - start)
-    with capsys.disabled():
-        print(f"\narena_duel: {rate:,.0f} agent steps/s (random actions, one core)")

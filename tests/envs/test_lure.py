@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import time
-
 import numpy as np
 import pytest
 from gymnasium.utils.env_checker import check_env
@@ -159,16 +157,3 @@ def test_registered_and_seeded():
     env.reset(seed=0)
     assert env.render().dtype == np.uint8
 
-
-def test_speed_sanity(capsys):
-    env = _env()
-    env.reset(seed=0)
-    actions = np.random.default_rng(0).integers(5, size=20000).tolist()
-    start = time.perf_counter()
-    for a in actions:
-        _, _, terminated, truncated, _ = env.step(a)
-        if terminated or truncated:
-            env.reset()
-    rate = len(actions) / (time.perf_counter() - start)
-    with capsys.disabled():
-        print(f"\nlure: {rate:,.0f} steps/s (random actions, one core)")
