@@ -80,11 +80,15 @@ def main() -> None:
             d,
             "ovh_copy",
             [
-                f"--train_for_seconds={args.seconds}",
+                # the big model trains slowly on 2 cores: short PBT periods so that
+                # replacements happen within the run
+                f"--train_for_seconds={max(args.seconds, 60)}",
                 "--encoder_mlp_layers",
                 "1024",
                 "1024",
-                *pbt,
+                "--with_pbt",
+                "--pbt_period_env_steps=3000",
+                "--pbt_start_mutation=3000",
                 "--pbt_replace_reward_gap=0.0",
                 "--pbt_replace_reward_gap_absolute=0.0",
             ],

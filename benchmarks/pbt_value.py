@@ -86,6 +86,7 @@ def main() -> None:
     parser.add_argument("--train_dir", default=None)
     args = parser.parse_args()
     train_dir = args.train_dir or tempfile.mkdtemp(prefix="pbt_value_")
+    os.makedirs(train_dir, exist_ok=True)
     print(
         f"lure, {args.policies} members, {args.steps:,} frames each, PBT period "
         f"{args.period:,}, {args.seeds} seeds; runs in {train_dir}",

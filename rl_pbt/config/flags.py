@@ -399,6 +399,13 @@ FLAGS: list[Flag] = [
         group="pbt",
     ),
     Flag(
+        "pbt_init_random",
+        bool,
+        False,
+        "start every member but the reference from values drawn from the search space",
+        group="pbt",
+    ),
+    Flag(
         "pbt_replay_lineage",
         str,
         None,

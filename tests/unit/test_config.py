@@ -66,3 +66,18 @@ def test_every_flag_has_help_and_typed_default():
         assert f.help
         if f.default is not None:
             assert isinstance(f.default, f.type) or (f.type is float and isinstance(f.default, int))
+
+
+def test_pbt_extension_flags_parse():
+    cfg = parse_cfg(
+        [
+            "--env=CartPole-v1",
+            "--with_pbt",
+            "--num_policies=2",
+            "--pbt_init_random",
+            "--pbt_exploit=ttest",
+            "--fused_inference=False",
+        ]
+    )
+    assert cfg.pbt_init_random is True and cfg.pbt_exploit == "ttest"
+    assert cfg.fused_inference is False
