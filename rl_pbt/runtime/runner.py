@@ -220,7 +220,7 @@ class Runner:
         )
         share = self._policy_share(worker_idx)
         if share is not None:
-            matchmaker = _SubsetMatchmaker(share, len(share), cfg.pbt_mix_policies_in_one_env)
+            matchmaker = _LeastServedMatchmaker(share)
         worker = RolloutWorker(
             cfg,
             worker_idx,
@@ -561,17 +561,22 @@ class _MergedQueue:
         return out
 
 
-class _SubsetMatchmaker:
-    """Uniform draws restricted to a subset of the population (see Runner._policy_share)."""
+class _LeastServedMatchmaker:
+    """Single-agent envs (see Runner._policy_share): each new episode goes to the policy of
+    this worker's share that has had the fewest steps from it so far, so every member gets
+    the same experience even when their episode lengths differ (a uniform draw per episode
+    gives policies with short episodes fewer frames)."""
 
-    def __init__(self, policies: list[int], _n: int, mix: bool):
-        self.policies = list(policies)
-        self.mix = mix
+    def __init__(self, policies: list[int]):
+        self.steps = {p: 0 for p in policies}
+
+    def record_steps(self, policy: int, steps: int) -> None:
+        self.steps[policy] += steps
 
     def assign(self, num_agents: int, rng) -> list[int]:
-        if self.mix:
-            return [self.policies[int(rng.integers(len(self.policies)))] for _ in range(num_agents)]
-        return [self.policies[int(rng.integers(len(self.policies)))]] * num_agents
+        fewest = min(self.steps.values())
+        candidates = [p for p, n in self.steps.items() if n == fewest]
+        return [candidates[int(rng.integers(len(candidates)))]] * num_agents
 
 
 class _LivePool:

@@ -103,6 +103,8 @@ class RolloutWorker:
         self.snapshot_store: dict[str, int] = {}  # snapshot id -> row of the param store
         self.ratings = None  # EloRatings for Elo matchmaking (set by the runner)
         self.snapshot_models: dict[str, ActorCritic] = {}
+        # a matchmaker that balances experience is told of every step played
+        self.count_steps = getattr(matchmaker, "record_steps", None)
 
         n_act = len(self.envs) * self.num_agents
         self.num_actors = n_act
@@ -347,6 +349,8 @@ class RolloutWorker:
                 self.np["valid"][s, t] = active
             self.ep_return[i] += rew[a]
             self.ep_len[i] += 1
+            if self.count_steps is not None and self._trains(i):
+                self.count_steps(self.seat[i], 1)
             self._store_obs(i, obs[a])
             if dones[a]:
                 if self.rnn_size:
