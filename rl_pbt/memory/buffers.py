@@ -17,6 +17,18 @@ from rl_pbt.models.action_dist import ActionSpec
 from rl_pbt.models.obs import ObsSpec, torch_dtype
 
 FREE, WORKER, QUEUED, LEARNER = 0, 1, 2, 3
+# per-step sample data besides observations (what the learner gathers)
+SAMPLE_FIELDS = (
+    "actions",
+    "log_probs",
+    "values",
+    "rewards",
+    "dones",
+    "valid",
+    "policy_id",
+    "policy_version",
+    "rnn_states",
+)
 OWNER_NAMES = {
     FREE: "free pool",
     WORKER: "rollout worker",
@@ -85,18 +97,7 @@ class TrajectoryBuffers:
     def numpy_views(self) -> dict[str, np.ndarray]:
         """Numpy arrays sharing the same memory (fast small writes in the rollout loop)."""
         views = {f"obs.{k}": v.numpy() for k, v in self.obs.items()}
-        for name in (
-            "actions",
-            "log_probs",
-            "values",
-            "rewards",
-            "dones",
-            "valid",
-            "policy_id",
-            "policy_version",
-            "rnn_states",
-            "owner",
-        ):
+        for name in (*SAMPLE_FIELDS, "owner"):
             views[name] = getattr(self, name).numpy()
         return views
 
@@ -117,17 +118,7 @@ class TrajectoryBuffers:
         """Copy the given slots out of shared memory (after this they can be freed)."""
         idx = torch.as_tensor(slots, dtype=torch.long)
         out = {f"obs.{k}": v.index_select(0, idx) for k, v in self.obs.items()}
-        for name in (
-            "actions",
-            "log_probs",
-            "values",
-            "rewards",
-            "dones",
-            "valid",
-            "policy_id",
-            "policy_version",
-            "rnn_states",
-        ):
+        for name in SAMPLE_FIELDS:
             out[name] = getattr(self, name).index_select(0, idx)
         if str(device) != "cpu":
             out = {k: v.to(device, non_blocking=True) for k, v in out.items()}
