@@ -11,9 +11,10 @@ import argparse
 import json
 import os
 import statistics
-import subprocess
 import sys
 import tempfile
+
+from runs import run_logged
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -41,12 +42,7 @@ def train(train_dir: str, exp: str, extra: list[str]) -> dict:
         *extra,
     ]
     log = os.path.join(train_dir, f"{exp}.log")
-    with open(log, "w") as f:
-        status = subprocess.call(cmd, cwd=ROOT, stdout=f, stderr=subprocess.STDOUT)
-    if status != 0:
-        with open(log) as f:
-            print(f.read()[-3000:])
-        raise RuntimeError(f"run {exp} failed")
+    run_logged(cmd, log, exp)
     with open(os.path.join(train_dir, exp, "summary.json")) as f:
         return json.load(f)
 

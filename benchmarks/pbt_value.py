@@ -16,12 +16,13 @@ import argparse
 import json
 import os
 import statistics
-import subprocess
 import sys
 import tempfile
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
+
+from runs import run_logged  # noqa: E402
 
 from rl_pbt.pbt.lineage import lineage_path, read_events, schedule_for  # noqa: E402
 
@@ -50,12 +51,7 @@ def run(args, seed: int, pbt: bool, train_dir: str) -> str:
         "--pbt_objective_window=100",
     ]
     log = os.path.join(train_dir, f"{exp}.log")
-    with open(log, "w") as f:
-        status = subprocess.call(cmd, cwd=ROOT, stdout=f, stderr=subprocess.STDOUT)
-    if status != 0:
-        with open(log) as f:
-            print(f.read()[-3000:])
-        raise RuntimeError(f"{exp} failed")
+    run_logged(cmd, log, exp)
     return os.path.join(train_dir, exp)
 
 

@@ -256,23 +256,8 @@ def test_resume_fills_in_parameters_the_state_lacks(tmp_path):
 
 
 def test_init_random_spreads_members_within_bounds(tmp_path):
-    from types import SimpleNamespace
-
-    from rl_pbt.config.flags import FLAGS
-
-    values = {f.name: f.default for f in FLAGS}
-    values.update(pbt_init_random=True, seed=0)
-    cfg = SimpleNamespace(**values)
-    hp = {
-        "learning_rate": 1e-4,
-        "exploration_loss_coeff": 0.003,
-        "value_loss_coeff": 0.5,
-        "max_grad_norm": 4.0,
-        "ppo_clip_ratio": 0.1,
-        "ppo_clip_value": 1.0,
-        "gamma": 0.99,
-    }
-    m = PBTManager(cfg, 4, hp, {"lure": 0.3, "goal": 1.0}, str(tmp_path), seed=0)
+    m = make(tmp_path, shaping={"lure": 0.3, "goal": 1.0}, n=4, pbt_init_random=True, seed=0)
+    hp = HPARAMS
     assert m.hparams[0] == hp and m.shaping[0] == {"lure": 0.3, "goal": 1.0}
     assert len({m.hparams[p]["learning_rate"] for p in range(4)}) == 4
     for p in range(1, 4):
