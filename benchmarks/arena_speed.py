@@ -1,7 +1,8 @@
 """Raw single-core stepping speed of the built-in envs (arena_duel, arena_2v2, lure).
 
-Random actions, no learning: `python benchmarks/arena_speed.py [--seconds S] [--windows N]`.
-Prints the median agent steps per second over a few timed windows.
+Random actions, no learning: `python benchmarks/arena_speed.py [--seconds S] [--windows N]
+[--batch-sizes K ...]`. Prints the median agent steps per second over a few timed windows,
+for the scalar envs and for `envs.arena.batch.ArenaBatch` stepping K arena copies at once.
 """
 
 from __future__ import annotations
@@ -16,7 +17,9 @@ import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from envs.arena import make_arena  # noqa: E402
+from envs.arena import ARENA_PLAYERS, make_arena  # noqa: E402
+from envs.arena.batch import ArenaBatch  # noqa: E402
+from envs.arena.game import NUM_ACTIONS  # noqa: E402
 from envs.lure import make_lure  # noqa: E402
 
 
@@ -35,6 +38,32 @@ def arena_rate(name: str, seconds: float, windows: int) -> list[float]:
             actions = np.roll(actions, 512, axis=0)
         rates.append(steps * n / (time.perf_counter() - start))
     return rates
+
+
+def arena_batch_rate(name: str, num_envs: int, seconds: float, windows: int) -> list[float]:
+    """Agent steps per second of ArenaBatch with `num_envs` copies of arena `name`."""
+    n = ARENA_PLAYERS[name]
+    env = ArenaBatch(num_envs, n, seeds=list(range(num_envs)))
+    env.reset()
+    chunk = 64
+    actions = np.random.default_rng(0).integers(NUM_ACTIONS, size=(4 * chunk, num_envs, n))
+    rates = []
+    for _ in range(windows):
+        steps, start = 0, time.perf_counter()
+        while time.perf_counter() - start < seconds:
+            for a in actions[:chunk]:
+                env.step(a)
+            steps += chunk
+            actions = np.roll(actions, chunk, axis=0)
+        rates.append(steps * num_envs * n / (time.perf_counter() - start))
+    return rates
+
+
+def _report(label: str, rates: list[float]) -> None:
+    print(
+        f"{label:22s} {statistics.median(rates):>12,.0f} agent steps/s "
+        f"(min {min(rates):,.0f}, max {max(rates):,.0f})"
+    )
 
 
 def lure_rate(seconds: float, windows: int) -> list[float]:
@@ -58,19 +87,20 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--seconds", type=float, default=1.0, help="length of one timed window")
     parser.add_argument("--windows", type=int, default=5, help="timed windows per env")
+    parser.add_argument(
+        "--batch-sizes",
+        type=int,
+        nargs="*",
+        default=[16, 64, 256],
+        help="numbers of copies K for the batched arena (none: skip it)",
+    )
     args = parser.parse_args()
     print(f"one core, random actions, median of {args.windows} windows of {args.seconds:g} s")
     for name in ("arena_duel", "arena_2v2"):
-        rates = arena_rate(name, args.seconds, args.windows)
-        print(
-            f"{name:12s} {statistics.median(rates):>12,.0f} agent steps/s "
-            f"(min {min(rates):,.0f}, max {max(rates):,.0f})"
-        )
-    rates = lure_rate(args.seconds, args.windows)
-    print(
-        f"{'lure':12s} {statistics.median(rates):>12,.0f} agent steps/s "
-        f"(min {min(rates):,.0f}, max {max(rates):,.0f})"
-    )
+        _report(name, arena_rate(name, args.seconds, args.windows))
+        for k in args.batch_sizes:
+            _report(f"{name} batch K={k}", arena_batch_rate(name, k, args.seconds, args.windows))
+    _report("lure", lure_rate(args.seconds, args.windows))
 
 
 if __name__ == "__main__":

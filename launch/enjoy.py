@@ -45,6 +45,7 @@ def main(argv: list[str] | None = None) -> int:
     ]
     obs, _ = env.reset(seed=cfg.seed)
     returns, objectives = [], []
+    extras: dict[str, list[float]] = {}
     ep_ret = np.zeros(env.num_agents)
     steps = 0
     while len(returns) < args.episodes and steps < args.max_steps:
@@ -55,6 +56,8 @@ def main(argv: list[str] | None = None) -> int:
             returns.append(float(ep_ret[0]))
             obj = infos[0].get("true_objective")
             objectives.append(obj)
+            for k, v in infos[0].get("episode_extra_stats", {}).items():
+                extras.setdefault(k, []).append(float(v))
             extra = f", true_objective {obj:.3g}" if obj is not None else ""
             print(f"episode {len(returns)}: return {ep_ret[0]:.3f}{extra}")
             ep_ret[:] = 0
@@ -67,6 +70,8 @@ def main(argv: list[str] | None = None) -> int:
         )
         if all(o is not None for o in objectives):
             print(f"policy {args.policy}: mean true_objective {np.mean(objectives):.3f}")
+        for k, values in extras.items():
+            print(f"policy {args.policy}: mean {k} {np.mean(values):.3f}")
     return 0
 
 

@@ -10,6 +10,7 @@ import gymnasium as gym
 import numpy as np
 
 from rl_pbt import RewardShapingInterface
+from rl_pbt.envs.interfaces import BatchedMultiAgentEnv
 
 
 class TaggedMultiAgentEnv(RewardShapingInterface):
@@ -66,6 +67,41 @@ class TaggedMultiAgentEnv(RewardShapingInterface):
 
     def close(self):
         pass
+
+
+class TaggedBatch(BatchedMultiAgentEnv):
+    """Copies of TaggedMultiAgentEnv stepped in one call, through the batched-env contract."""
+
+    def __init__(self, envs: list[TaggedMultiAgentEnv]):
+        self.copies = envs
+        self.num_envs = len(envs)
+        self.num_agents = envs[0].num_agents
+        self.observation_space = envs[0].observation_space
+        self.action_space = envs[0].action_space
+
+    def reset_copy(self, k, seed=None):
+        return self.copies[k].reset(seed=seed)
+
+    def step(self, actions):
+        actions = np.asarray(actions)
+        assert actions.shape == (self.num_envs, self.num_agents)
+        out = [env.step(list(a)) for env, a in zip(self.copies, actions)]
+        obs = np.stack([np.stack(o[0]) for o in out])
+        rewards = np.array([o[1] for o in out], dtype=np.float32)
+        terminated = np.array([o[2][0] for o in out])  # one flag per copy
+        truncated = np.array([o[3][0] for o in out])
+        return obs, rewards, terminated, truncated, [o[4] for o in out]
+
+    def get_default_reward_shaping(self):
+        return self.copies[0].get_default_reward_shaping()
+
+    def set_reward_shaping(self, reward_shaping, agent_idx, env_idx=None):
+        for k in range(self.num_envs) if env_idx is None else [env_idx]:
+            self.copies[k].set_reward_shaping(reward_shaping, agent_idx)
+
+    def close(self):
+        for env in self.copies:
+            env.close()
 
 
 class HangingEnv(gym.Env):

@@ -1,6 +1,8 @@
 """Registers the built-in arena game: `arena_duel` (1 vs 1) and `arena_2v2` (2 vs 2).
 
-The game itself is `envs.arena.game.ArenaGame`; scripted opponents are in `envs.arena.scripted`.
+The game itself is `envs.arena.game.ArenaGame`; rollout workers step their copies through its
+vectorised twin `envs.arena.batch.ArenaBatch` (`--batched_envs`, on by default); scripted
+opponents are in `envs.arena.scripted`.
 """
 
 from __future__ import annotations
@@ -9,6 +11,7 @@ from typing import Any, Optional
 
 import numpy as np
 
+from envs.arena.batch import ArenaBatch
 from envs.arena.game import DEFAULT_EPISODE_STEPS, ArenaGame
 from rl_pbt import register_env
 from rl_pbt.config.flags import Flag, positive
@@ -60,5 +63,25 @@ def make_arena(
     )
 
 
+def make_arena_batch(full_env_name: str, cfg: Any, env_configs: list[dict]) -> ArenaBatch:
+    """All of a worker's arena copies as one vectorised batch; copy k plays exactly the game
+    `make_arena` would build for `env_configs[k]` (same seed)."""
+    if full_env_name not in ARENA_PLAYERS:
+        raise ValueError(f"unknown arena env {full_env_name!r}; known: {sorted(ARENA_PLAYERS)}")
+    steps = getattr(cfg, "arena_episode_steps", None) if cfg is not None else None
+    return ArenaBatch(
+        len(env_configs),
+        num_agents=ARENA_PLAYERS[full_env_name],
+        episode_steps=steps or DEFAULT_EPISODE_STEPS,
+        seeds=[env_seed(cfg, c) for c in env_configs],
+    )
+
+
 for _name in ARENA_PLAYERS:
-    register_env(_name, make_arena, extra_flags=ARENA_FLAGS, default_overrides=ARENA_DEFAULTS)
+    register_env(
+        _name,
+        make_arena,
+        extra_flags=ARENA_FLAGS,
+        default_overrides=ARENA_DEFAULTS,
+        make_batch_func=make_arena_batch,
+    )

@@ -20,6 +20,7 @@ from envs.vizdoom.game import (
     read_game_variables,
     render_resolution,
     resolve_settings,
+    self_play_frag_variables,
 )
 from envs.vizdoom.processes import (
     DoomGameError,
@@ -92,7 +93,8 @@ class DoomEnv(gym.Env, RewardShapingInterface):
         self._pids: list[int] = []
         self._failures = 0
         self._obs: Optional[dict[str, np.ndarray]] = None
-        self._start_vars = np.zeros(len(GAME_VARIABLES))
+        self._num_vars = len(GAME_VARIABLES) + len(self_play_frag_variables(scenario))
+        self._start_vars = np.zeros(self._num_vars)
         self._start_tic = 0
         self._pending_seed: Optional[int] = settings.seed
 
@@ -145,7 +147,7 @@ class DoomEnv(gym.Env, RewardShapingInterface):
     # ------------------------------------------------------------------ episodes
 
     def _observe(self, state) -> dict[str, np.ndarray]:
-        game_vars = read_game_variables(self.game, state, len(GAME_VARIABLES))
+        game_vars = read_game_variables(self.game, state, self._num_vars)
         self._vars = game_vars
         if state is not None:
             screen = self._resizer(state.screen_buffer)
@@ -237,7 +239,24 @@ class DoomEnv(gym.Env, RewardShapingInterface):
             info["true_objective"] = objective
             info["episode_timeout"] = bool(timed_out)
             info["episode_extra_stats"] = episode_stats(self._start_vars, self._vars)
+            if self.scenario.kind == "bots":
+                info["episode_extra_stats"].update(self.bot_match(self._vars))
         return obs, reward, finished, False, info
+
+    def bot_match(self, end_vars: np.ndarray) -> dict[str, float]:
+        """The agent's result against the bots by frags: `win` 1 (more frags than every bot),
+        0.5 (tied with the best bot), 0, and `best_bot_frags`. Bots join afresh every episode,
+        so their counts start at zero; the agent's own count is taken relative to the start."""
+        own_slot = int(round(end_vars[GV["PLAYER_NUMBER"]]))
+        total = 1 + self.settings.num_bots
+        base = len(GAME_VARIABLES)
+        bots = [float(end_vars[base + k]) for k in range(min(total, self._num_vars - base))]
+        bots = [f for k, f in enumerate(bots) if k != own_slot]
+        if not bots:
+            return {}
+        mine = float(end_vars[GV["FRAGCOUNT"]] - self._start_vars[GV["FRAGCOUNT"]])
+        best = max(bots)
+        return {"win": 1.0 if mine > best else 0.5 if mine == best else 0.0, "best_bot_frags": best}
 
     def render(self):
         if self.render_mode == "rgb_array" and self._obs is not None:

@@ -185,7 +185,9 @@ class ScreenResizer:
 
 
 def self_play_frag_variables(scenario: Scenario) -> tuple[str, ...]:
-    if scenario.kind != "selfplay":
+    """Per-slot frag counts, read in games with other players (self-play or bots) to tell
+    who won."""
+    if scenario.kind not in ("selfplay", "bots"):
         return ()
     return tuple(
         f"PLAYER{k}_FRAGCOUNT" for k in range(1, min(scenario.max_players, MAX_PLAYERS) + 1)

@@ -164,6 +164,14 @@ FLAGS: list[Flag] = [
         "(feed-forward models over vector observations); False: one pass per policy",
         group="sampling",
     ),
+    Flag(
+        "batched_envs",
+        bool,
+        True,
+        "step a worker's env copies in one call when the env registers a batched version "
+        "(e.g. the arena); False: one env object per copy",
+        group="sampling",
+    ),
     # --- learning ---
     Flag(
         "recurrence",

@@ -37,3 +37,42 @@ def find_reward_shaping_env(env: Any) -> Optional[RewardShapingInterface]:
 
 def is_multiagent_env(env: Any) -> bool:
     return bool(getattr(env, "is_multiagent", False))
+
+
+class BatchedMultiAgentEnv(ABC):
+    """Several copies of a multi-agent env stepped in one call (an optional fast path).
+
+    An env registers one with `register_env(..., make_batch_func=...)`; a rollout worker then
+    steps all its copies at once instead of one env object per copy. Each copy follows the
+    multi-agent contract: it resets itself when its episode ends (the returned observations
+    are then the first of the next episode), and the infos of that step carry
+    `true_objective`. Attributes: `num_envs` (copies), `num_agents` (per copy),
+    `observation_space` and `action_space` (per agent).
+    """
+
+    num_envs: int
+    num_agents: int
+
+    @abstractmethod
+    def reset_copy(self, k: int, seed: Optional[int] = None) -> tuple[list, list[dict]]:
+        """Start a new episode in copy k: (observation per agent, info per agent)."""
+
+    @abstractmethod
+    def step(self, actions: Any) -> tuple[Any, Any, Any, Any, list[list[dict]]]:
+        """actions: shape (num_envs, num_agents). Returns observations (num_envs, num_agents,
+        ...), rewards (num_envs, num_agents), terminated and truncated (num_envs,) or
+        (num_envs, num_agents), and infos (one list of per-agent dicts per copy)."""
+
+    @abstractmethod
+    def get_default_reward_shaping(self) -> Optional[dict]:
+        """As RewardShapingInterface; None when the env has no shaping."""
+
+    @abstractmethod
+    def set_reward_shaping(
+        self, reward_shaping: dict, agent_idx: Union[int, slice], env_idx: Optional[int] = None
+    ) -> None:
+        """Shaping for agent `agent_idx` of copy `env_idx` (every copy when None)."""
+
+    @abstractmethod
+    def close(self) -> None:
+        """Release the copies' resources."""

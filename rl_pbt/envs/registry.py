@@ -13,6 +13,8 @@ from typing import Any, Callable, Optional
 from rl_pbt.config.flags import Flag
 
 MakeEnvFunc = Callable[..., Any]  # (full_env_name, cfg, env_config, render_mode=None) -> env
+# (full_env_name, cfg, env_configs: list[dict]) -> BatchedMultiAgentEnv of len(env_configs) copies
+MakeBatchFunc = Callable[..., Any]
 
 
 @dataclass
@@ -21,6 +23,7 @@ class EnvEntry:
     make_env: MakeEnvFunc
     extra_flags: list[Flag] = field(default_factory=list)
     default_overrides: dict[str, Any] = field(default_factory=dict)
+    make_batch: Optional[MakeBatchFunc] = None
 
 
 _REGISTRY: dict[str, EnvEntry] = {}
@@ -33,19 +36,24 @@ def register_env(
     extra_flags: Optional[list[Flag]] = None,
     default_overrides: Optional[dict[str, Any]] = None,
     overwrite: bool = True,
+    make_batch_func: Optional[MakeBatchFunc] = None,
 ) -> None:
     """Register `make_env_func(full_env_name, cfg, env_config, render_mode=None)` as `name`.
 
     `extra_flags` adds env-specific command-line flags; `default_overrides` changes flag
     defaults for this env (the command line still wins). Re-registering a name replaces it
-    unless `overwrite=False`.
+    unless `overwrite=False`. `make_batch_func(full_env_name, cfg, env_configs)` optionally
+    builds all of a worker's copies as one `BatchedMultiAgentEnv` (stepped in one call); each
+    copy must behave as `make_env_func` would build it for the same env_config.
     """
     if not callable(make_env_func):
         raise TypeError(f"register_env({name!r}): make_env_func must be callable")
     if name in _REGISTRY and not overwrite:
         raise ValueError(f"env {name!r} is already registered")
+    if make_batch_func is not None and not callable(make_batch_func):
+        raise TypeError(f"register_env({name!r}): make_batch_func must be callable")
     _REGISTRY[name] = EnvEntry(
-        name, make_env_func, list(extra_flags or []), dict(default_overrides or {})
+        name, make_env_func, list(extra_flags or []), dict(default_overrides or {}), make_batch_func
     )
 
 
@@ -102,3 +110,16 @@ def make_env(name: str, cfg: Any, env_config: dict, render_mode: Optional[str] =
 
         return gymnasium.make(name, render_mode=render_mode)
     raise ValueError(f"unknown env {name!r}; " + known_envs_message(name))
+
+
+def has_batched_env(name: str) -> bool:
+    entry = _REGISTRY.get(name)
+    return entry is not None and entry.make_batch is not None
+
+
+def make_env_batch(name: str, cfg: Any, env_configs: list[dict]) -> Any:
+    """All copies of a worker as one batched env (only for envs registered with a batch)."""
+    entry = _REGISTRY.get(name)
+    if entry is None or entry.make_batch is None:
+        raise ValueError(f"env {name!r} has no batched version")
+    return entry.make_batch(name, cfg, env_configs)

@@ -11,7 +11,11 @@ from typing import Any, Optional
 
 import numpy as np
 
-from rl_pbt.envs.interfaces import find_reward_shaping_env, is_multiagent_env
+from rl_pbt.envs.interfaces import (
+    RewardShapingInterface,
+    find_reward_shaping_env,
+    is_multiagent_env,
+)
 
 
 class SingleToMultiAgent:
@@ -43,6 +47,35 @@ class SingleToMultiAgent:
 
     def render(self):
         return self.env.render()
+
+
+class BatchCopy(RewardShapingInterface):
+    """Copy k of a BatchedMultiAgentEnv seen as one env: spaces, reset and reward shaping.
+    Stepping goes through the batch (all copies at once), never through a copy alone."""
+
+    is_multiagent = True
+
+    def __init__(self, batch: Any, k: int):
+        self.batch = batch
+        self.k = k
+        self.num_agents = batch.num_agents
+        self.observation_space = batch.observation_space
+        self.action_space = batch.action_space
+
+    def reset(self, seed: Optional[int] = None, **kwargs):
+        return self.batch.reset_copy(self.k, seed=seed)
+
+    def step(self, actions):
+        raise RuntimeError("a copy of a batched env is stepped through its batch")
+
+    def get_default_reward_shaping(self) -> Optional[dict]:
+        return self.batch.get_default_reward_shaping()
+
+    def set_reward_shaping(self, reward_shaping: dict, agent_idx) -> None:
+        self.batch.set_reward_shaping(reward_shaping, agent_idx, self.k)
+
+    def close(self) -> None:
+        pass  # the batch is closed once, by its owner
 
 
 def as_multiagent(env: Any) -> Any:

@@ -98,6 +98,8 @@ class Learner:
         return len(self.pending) >= self.traj_per_iteration
 
     def train_if_ready(self) -> bool:
+        if self.copied_at is not None:
+            self._drop_stale()
         if not self.ready():
             return False
         slots = self.pending[: self.traj_per_iteration]
@@ -107,6 +109,25 @@ class Learner:
         self.train_on(batch)
         self.publish()
         return True
+
+    def _drop_stale(self) -> None:
+        """Release pending slots that hold no sample this policy may train on (all of them
+        older than `max_policy_lag` versions, as after a PBT copy), so that the first update
+        after a copy waits for fresh experience only, not for useless updates on masked data.
+        Their samples still count as env steps."""
+        if not self.pending:
+            return
+        b = self.buffers
+        idx = torch.as_tensor(self.pending, dtype=torch.long)
+        own = b.valid.index_select(0, idx) & (b.policy_id.index_select(0, idx) == self.policy_id)
+        lag = self.version - b.policy_version.index_select(0, idx)
+        keep = (own & (lag <= self.cfg.max_policy_lag)).any(dim=1)
+        if bool(keep.all()):
+            return
+        self.env_steps += int(own[~keep].sum()) * self.cfg.env_frameskip
+        keep_list = keep.tolist()
+        self.pool.release([s for s, k in zip(self.pending, keep_list) if not k])
+        self.pending = [s for s, k in zip(self.pending, keep_list) if k]
 
     # --- the APPO update --------------------------------------------------------------------
     def train_on(self, batch: dict[str, torch.Tensor]) -> None:

@@ -18,7 +18,7 @@ import numpy as np
 import torch
 
 from rl_pbt.config.parse import Cfg, experiment_dir, recurrence, save_cfg
-from rl_pbt.envs.registry import make_env, registry_snapshot
+from rl_pbt.envs.registry import has_batched_env, make_env, make_env_batch, registry_snapshot
 from rl_pbt.envs.wrappers import as_multiagent, reward_shaping_target
 from rl_pbt.learning.learner import Learner, default_hparams, transfer_size
 from rl_pbt.learning.learner_process import LearnerHost, learner_process_main
@@ -76,6 +76,10 @@ def prepare_experiment_dir(cfg: Cfg) -> tuple[str, bool]:
 
 def _make_env_for(cfg: Cfg, env_config: dict):
     return make_env(cfg.env, cfg, env_config)
+
+
+def _make_env_batch_for(cfg: Cfg, env_configs: list[dict]):
+    return make_env_batch(cfg.env, cfg, env_configs)
 
 
 class Runner:
@@ -236,6 +240,11 @@ class Runner:
             worker_idx,
             should_stop,
             blocking=blocking,
+            make_env_batch=(
+                partial(_make_env_batch_for, cfg)
+                if cfg.batched_envs and has_batched_env(cfg.env)
+                else None
+            ),
         )
         worker.snapshot_store = worker_snapshots
         worker.ratings = ratings

@@ -16,7 +16,7 @@ import numpy as np
 import torch
 
 from rl_pbt.config.parse import recurrence
-from rl_pbt.envs.wrappers import as_multiagent, reward_shaping_target
+from rl_pbt.envs.wrappers import BatchCopy, as_multiagent, reward_shaping_target
 from rl_pbt.memory.buffers import QUEUED, WORKER, TrajectoryBuffers
 from rl_pbt.memory.param_store import ParamStore
 from rl_pbt.memory.slots import SlotPool
@@ -57,6 +57,7 @@ class RolloutWorker:
         heartbeat_idx: int = 0,
         should_stop: Callable[[], bool] = lambda: False,
         blocking: bool = True,
+        make_env_batch: Optional[Callable[[list[dict]], Any]] = None,
     ):
         self.cfg = cfg
         self.idx = worker_idx
@@ -80,15 +81,20 @@ class RolloutWorker:
         )
 
         self._beat(hb.STARTING)
+        per_worker = cfg.num_envs_per_worker
+        env_configs = [
+            {"worker_index": worker_idx, "vector_index": e, "env_id": worker_idx * per_worker + e}
+            for e in range(per_worker)
+        ]
+        # a batched env steps all copies in one call; each copy is still one entry of self.envs
+        self.batch = make_env_batch(env_configs) if make_env_batch is not None else None
         self.envs = []
-        for e in range(cfg.num_envs_per_worker):
-            env_id = worker_idx * cfg.num_envs_per_worker + e
+        for e, env_config in enumerate(env_configs):
             self._beat(hb.RESETTING, e)
-            self.envs.append(
-                as_multiagent(
-                    make_env({"worker_index": worker_idx, "vector_index": e, "env_id": env_id})
-                )
-            )
+            if self.batch is not None:
+                self.envs.append(BatchCopy(self.batch, e))
+            else:
+                self.envs.append(as_multiagent(make_env(env_config)))
         env0 = self.envs[0]
         self.obs_space, self.action_space = env0.observation_space, env0.action_space
         self.num_agents = int(env0.num_agents)
@@ -257,6 +263,9 @@ class RolloutWorker:
         actions = self._act()
         self._beat(hb.STEPPING)
         finished: dict[int, list[int]] = {}
+        if self.batch is not None:
+            self._step_batch(actions, finished)
+            return self._after_step(finished)
         for e, env in enumerate(self.envs):
             self._beat(hb.STEPPING, e)
             base = e * self.num_agents
@@ -266,6 +275,23 @@ class RolloutWorker:
             ]
             obs, rew, term, trunc, infos = env.step(env_actions)
             self._record(e, obs, rew, term, trunc, infos, finished)
+        self._after_step(finished)
+
+    def _step_batch(self, actions: np.ndarray, finished: dict) -> None:
+        n, k = self.num_agents, len(self.envs)
+        if self.act_spec.kind == "discrete":
+            env_actions = actions.reshape(k, n)
+        else:
+            spec, space = self.act_spec, self.action_space
+            env_actions = [
+                [to_env_action(spec, space, actions[e * n + a]) for a in range(n)] for e in range(k)
+            ]
+        self._beat(hb.STEPPING, -1)
+        obs, rew, term, trunc, infos = self.batch.step(env_actions)
+        for e in range(k):
+            self._record(e, obs[e], rew[e], term[e], trunc[e], infos[e], finished)
+
+    def _after_step(self, finished: dict) -> None:
         self._send(finished)
         self.steps_since_report += self.num_actors
         self._maybe_report()
@@ -336,7 +362,8 @@ class RolloutWorker:
     def _record(self, e, obs, rew, term, trunc, infos, finished) -> None:
         n = self.num_agents
         base = e * n
-        dones = np.logical_or(np.asarray(term, bool), np.asarray(trunc, bool))
+        # a batched env may give one flag per copy: every agent of the copy shares it
+        dones = np.broadcast_to(np.logical_or(np.asarray(term, bool), np.asarray(trunc, bool)), n)
         rew = np.asarray(rew, dtype=np.float32)
         for a in range(n):
             i = base + a
@@ -479,7 +506,7 @@ class RolloutWorker:
 
     def close(self) -> None:
         self._maybe_report(force=True)
-        for env in self.envs:
+        for env in [self.batch] if self.batch is not None else self.envs:
             try:
                 env.close()
             except Exception:  # closing is best effort; a broken env must not block shutdown

@@ -5,6 +5,7 @@ import torch
 
 from rl_pbt import parse_cfg
 from rl_pbt.learning.learner_process import LearnerHost
+from rl_pbt.memory.buffers import FREE
 from rl_pbt.runtime.messages import ApplyPBT, ExportState, LearnerEvent, drain
 from rl_pbt.runtime.runner import Runner, _MergedQueue
 
@@ -64,3 +65,37 @@ def test_copy_then_own_hparams(tmp_path):
     assert runner.params.current_version(1) == dst.version
     events = [m for m in drain(runner.report_queue) if isinstance(m, LearnerEvent)]
     assert any(e.kind == "pbt_applied" and e.policy_id == 1 for e in events)
+
+    # Trajectories from before the copy are released untrained (their steps still counted);
+    # the first update after the copy is on fresh experience.
+    for _ in range(20):  # until experience from before the copy reaches the target
+        if dst.pending:
+            break
+        worker.step()
+        for msg in drain(runner.learner_queues[1]):
+            host.handle(msg)
+    b = runner.buffers
+
+    def fresh(s):  # a sample the target may train on: its own, within max_policy_lag
+        own = (b.policy_id[s] == 1) & b.valid[s]
+        return bool((own & (dst.version - b.policy_version[s] <= cfg.max_policy_lag)).any())
+
+    stale = [s for s in dst.pending if not fresh(s)]
+    kept = [s for s in dst.pending if fresh(s)]  # begun before the copy, finished after it
+    assert stale, "no trajectory from before the copy reached the target"
+    own = sum(int(((b.policy_id[s] == 1) & b.valid[s]).sum()) for s in stale)
+    steps_before, version_before = dst.env_steps, dst.version
+    dst._drop_stale()
+    assert dst.pending == kept and dst.version == version_before
+    assert dst.env_steps == steps_before + own * cfg.env_frameskip
+    assert all(int(runner.buffers.owner[s]) == FREE for s in stale)
+    for _ in range(300):
+        worker.step()
+        host.poll(timeout=0.0)
+        if dst.version > version_before:
+            break
+    assert dst.version > version_before and dst.copied_at is None
+    trained = [
+        m for m in drain(runner.report_queue) if isinstance(m, LearnerEvent) and m.policy_id == 1
+    ]
+    assert any(e.kind == "copy_trained" for e in trained)

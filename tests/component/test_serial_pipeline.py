@@ -1,13 +1,14 @@
 """Serial mode: rollout -> learner through the real components, in one process."""
 
 import numpy as np
+import pytest
 
 from rl_pbt import parse_cfg, register_env
 from rl_pbt.learning.learner import Learner
 from rl_pbt.learning.learner_process import LearnerHost
 from rl_pbt.runtime.messages import SetRewardShaping
 from rl_pbt.runtime.runner import Runner, _MergedQueue
-from tests.scripted_envs import TaggedMultiAgentEnv
+from tests.scripted_envs import TaggedBatch, TaggedMultiAgentEnv
 
 ENVS: dict[int, TaggedMultiAgentEnv] = {}
 
@@ -19,13 +20,18 @@ def make_tagged(name, cfg, env_config, render_mode=None):
     return env
 
 
+def make_tagged_batch(name, cfg, env_configs):
+    return TaggedBatch([make_tagged(name, cfg, c) for c in env_configs])
+
+
 register_env("tagged_ma", make_tagged)
+register_env("tagged_ma_batch", make_tagged, make_batch_func=make_tagged_batch)
 
 
-def build(tmp_path, extra=()):
+def build(tmp_path, extra=(), env="tagged_ma"):
     cfg = parse_cfg(
         [
-            "--env=tagged_ma",
+            f"--env={env}",
             "--serial_mode",
             "--num_policies=3",
             "--num_workers=2",
@@ -85,21 +91,23 @@ def build(tmp_path, extra=()):
 
         def logged(e, worker=worker, original=original):
             original(e)
-            env = worker.envs[e]
+            env = ENVS[worker.idx * cfg.num_envs_per_worker + e]
             n = worker.num_agents
             seats_log[(env.env_id, env.episode)] = worker.seat[e * n : (e + 1) * n]
 
         worker._assign_seats = logged
         for e in range(len(worker.envs)):  # seats of the first episodes were drawn in __init__
-            env = worker.envs[e]
+            env = ENVS[worker.idx * cfg.num_envs_per_worker + e]
             seats_log[(env.env_id, env.episode)] = worker.seat[e * 3 : (e + 1) * 3]
         workers.append(worker)
     return cfg, runner, host, workers, received, seats_log
 
 
-def test_every_sample_reaches_the_learner_of_its_own_policy(tmp_path):
+@pytest.mark.parametrize("env", ["tagged_ma", "tagged_ma_batch"])
+def test_every_sample_reaches_the_learner_of_its_own_policy(tmp_path, env):
     ENVS.clear()
-    cfg, runner, host, workers, received, seats_log = build(tmp_path)
+    cfg, runner, host, workers, received, seats_log = build(tmp_path, env=env)
+    assert (workers[0].batch is not None) == (env == "tagged_ma_batch")
     for _ in range(400):
         for worker in workers:
             worker.step()
@@ -146,9 +154,10 @@ def test_learner_trains_and_publishes_new_versions(tmp_path):
             assert v > 0 and v <= runner.params.current_version(p)
 
 
-def test_reward_shaping_reaches_envs_before_next_episode(tmp_path):
+@pytest.mark.parametrize("env", ["tagged_ma", "tagged_ma_batch"])
+def test_reward_shaping_reaches_envs_before_next_episode(tmp_path, env):
     ENVS.clear()
-    cfg, runner, host, workers, _, seats_log = build(tmp_path)
+    cfg, runner, host, workers, _, seats_log = build(tmp_path, env=env)
     for worker in workers:
         worker.handle(SetRewardShaping(1, {"bonus": 5.0}))
     for _ in range(120):  # every env finishes at least one episode (<= 40 steps)

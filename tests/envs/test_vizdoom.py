@@ -289,6 +289,26 @@ def test_deathmatch_with_bots_counts_bots_as_rivals():
         env.close()
 
 
+def test_bot_match_result_compares_agent_and_bot_frags():
+    env = make_env("doom_duel_bots", None, env_config())  # the game starts only on reset
+    try:
+        base = len(GAME_VARIABLES)
+        env._start_vars = np.zeros(env._num_vars)
+        env._start_vars[GV["FRAGCOUNT"]] = 3.0  # counts carried over from earlier episodes
+        end = np.zeros(env._num_vars)
+        end[GV["PLAYER_NUMBER"]] = 0
+        end[GV["FRAGCOUNT"]] = 5.0  # 2 frags in this episode
+        end[base + 0] = 5.0  # the agent's own slot is not a rival
+        end[base + 1] = 1.0
+        assert env.bot_match(end) == {"win": 1.0, "best_bot_frags": 1.0}
+        end[base + 1] = 2.0
+        assert env.bot_match(end)["win"] == 0.5
+        end[base + 1] = 4.0
+        assert env.bot_match(end) == {"win": 0.0, "best_bot_frags": 4.0}
+    finally:
+        env.close()
+
+
 def _play_episodes(name, episodes, out, key, **extra):
     env = make_env(name, None, env_config(**extra))
     try:
