@@ -3,7 +3,7 @@ from setuptools import find_packages, setup
 setup(
     name="rl_pbt",
     version="0.1.0",
-    description="Single-machine multi-GPU APPO trainer with Population Based Training and self-play",
+    description="Single-machine multi-GPU APPO trainer with PBT and self-play populations",
     packages=find_packages(include=["rl_pbt*", "envs*", "launch*"]),
     python_requires=">=3.9",
     install_requires=[
