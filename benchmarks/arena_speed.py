@@ -3,20 +3,27 @@
 Random actions, no learning: `python benchmarks/arena_speed.py [--seconds S] [--windows N]
 [--batch-sizes K ...]`. Prints the median agent steps per second over a few timed windows,
 for the scalar envs and for `envs.arena.batch.ArenaBatch` stepping K arena copies at once.
+
+With `--train_seconds S` it also runs the README's 8-policy PBT self-play job on arena_duel
+for S seconds per layout (envs per worker, with and without `--batched_envs`) and compares its
+training frames/s with the raw one-core rate: the game should never be the bottleneck.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import statistics
 import sys
+import tempfile
 import time
 
 import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
+from benchmarks.runs import run_logged  # noqa: E402
 from envs.arena import ARENA_PLAYERS, make_arena  # noqa: E402
 from envs.arena.batch import ArenaBatch  # noqa: E402
 from envs.arena.game import NUM_ACTIONS  # noqa: E402
@@ -83,6 +90,29 @@ def lure_rate(seconds: float, windows: int) -> list[float]:
     return rates
 
 
+def training_rate(seconds: int, envs_per_worker: int, batched: bool) -> float:
+    """Frames/s (median of the second half) of the 8-policy PBT self-play run on arena_duel,
+    2 workers, the README's main job with a time budget instead of a frame budget."""
+    with tempfile.TemporaryDirectory() as d:
+        exp = f"speed_{envs_per_worker}_{int(batched)}"
+        cmd = [
+            sys.executable,
+            "-m",
+            "launch.train",
+            "--preset=arena_pbt_demo",
+            f"--num_envs_per_worker={envs_per_worker}",
+            f"--batched_envs={batched}",
+            f"--train_for_seconds={seconds}",
+            "--train_for_env_steps=1000000000",
+            f"--train_dir={d}",
+            f"--experiment={exp}",
+            "--status_interval=5",
+        ]
+        run_logged(cmd, os.path.join(d, "log.txt"), exp)
+        with open(os.path.join(d, exp, "summary.json")) as f:
+            return float(json.load(f)["fps_median_second_half"])
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--seconds", type=float, default=1.0, help="length of one timed window")
@@ -94,13 +124,39 @@ def main() -> None:
         default=[16, 64, 256],
         help="numbers of copies K for the batched arena (none: skip it)",
     )
+    parser.add_argument(
+        "--train_seconds",
+        type=int,
+        default=0,
+        help="also run the 8-policy arena_duel PBT self-play training this long per layout "
+        "and compare its frames/s with the raw rate (0: skip)",
+    )
+    parser.add_argument(
+        "--train_envs", type=int, nargs="*", default=[16, 32], help="envs per worker to train"
+    )
     args = parser.parse_args()
     print(f"one core, random actions, median of {args.windows} windows of {args.seconds:g} s")
+    raw: dict[tuple[str, int], float] = {}
     for name in ("arena_duel", "arena_2v2"):
         _report(name, arena_rate(name, args.seconds, args.windows))
         for k in args.batch_sizes:
-            _report(f"{name} batch K={k}", arena_batch_rate(name, k, args.seconds, args.windows))
+            rates = arena_batch_rate(name, k, args.seconds, args.windows)
+            raw[(name, k)] = statistics.median(rates)
+            _report(f"{name} batch K={k}", rates)
     _report("lure", lure_rate(args.seconds, args.windows))
+    if args.train_seconds <= 0:
+        return
+    print(f"\n8-policy PBT self-play on arena_duel, 2 workers, {args.train_seconds} s per run:")
+    for k in args.train_envs:
+        for batched in (False, True):
+            fps = training_rate(args.train_seconds, k, batched)
+            line = f"  {k} envs/worker, batched_envs={batched}: {fps:,.0f} frames/s"
+            if batched:
+                one = raw.get(("arena_duel", k))
+                if one is None:
+                    one = statistics.median(arena_batch_rate("arena_duel", k, args.seconds, 3))
+                line += f"; raw one-core rate at K={k} is {one / fps:.1f}x this (goal >= 10x)"
+            print(line, flush=True)
 
 
 if __name__ == "__main__":
