@@ -118,7 +118,10 @@ def parse_cfg(
     # Pass 1: find the env, to learn its own flags and defaults.
     first = build_parser(FLAGS + extra_flags)
     first_ns, _ = first.parse_known_args(argv)
-    env_name = getattr(first_ns, "env", None)
+    preset_name = getattr(first_ns, "preset", None)
+    preset = load_preset(preset_name) if preset_name else {}
+    # the env may come from the preset: its flags and defaults apply all the same
+    env_name = getattr(first_ns, "env", None) or preset.get("env")
     flags = FLAGS + extra_flags + (env_extra_flags(env_name) if env_name else [])
     by_name = {f.name: f for f in flags}
 
@@ -130,9 +133,8 @@ def parse_cfg(
     layers: list[tuple[str, dict[str, Any]]] = []
     if env_name:
         layers.append(("env defaults", env_default_overrides(env_name)))
-    preset_name = cli.get("preset")
     if preset_name:
-        layers.append((f"preset {preset_name}", load_preset(preset_name)))
+        layers.append((f"preset {preset_name}", preset))
     layers.append(("command line", cli))
     for source, layer in layers:
         for key, value in layer.items():

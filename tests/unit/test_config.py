@@ -54,6 +54,22 @@ def test_preset_then_flags_override(tmp_path):
     assert cfg.learning_rate == 0.005 and cfg.rollout == 8 and cfg.batch_size == 64
 
 
+def test_env_named_by_preset_gets_its_flags_and_defaults(tmp_path):
+    import envs  # noqa: F401  (registers the arena)
+    from rl_pbt.envs.registry import env_default_overrides
+
+    preset = tmp_path / "p.json"
+    preset.write_text(json.dumps({"env": "arena_duel", "arena_episode_steps": 100}))
+    cfg = parse_cfg([f"--preset={preset}", "--learning_rate=0.001"])
+    defaults = env_default_overrides("arena_duel")
+    assert cfg.encoder_mlp_layers == defaults["encoder_mlp_layers"]  # env default applied
+    assert cfg.batch_size == defaults["batch_size"]
+    assert cfg.arena_episode_steps == 100  # an env flag set by the preset
+    assert cfg.learning_rate == 0.001  # the command line still wins
+    same = parse_cfg(["--env=arena_duel", "--arena_episode_steps=100", "--learning_rate=0.001"])
+    assert dict(vars(same)) == {**dict(vars(cfg)), "preset": same.preset}
+
+
 def test_preset_unknown_key_rejected(tmp_path):
     preset = tmp_path / "p.json"
     preset.write_text(json.dumps({"learning_rat": 0.005}))
