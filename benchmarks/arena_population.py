@@ -25,7 +25,7 @@ from types import SimpleNamespace
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 
-from runs import run_logged  # noqa: E402
+from runs import train_run  # noqa: E402
 
 from launch.match import cross_play, make_player  # noqa: E402
 from rl_pbt.envs.registry import make_env  # noqa: E402
@@ -35,31 +35,23 @@ from rl_pbt.sampling.elo import EloRatings  # noqa: E402
 
 def train(args, pbt: bool) -> str:
     exp = f"arena_{'pbt' if pbt else 'nopbt'}_s{args.seed}"
-    cmd = [
-        sys.executable,
-        "-m",
-        "launch.train",
+    flags = [
         "--env=arena_duel",
         f"--num_policies={args.policies}",
         f"--train_for_env_steps={args.steps}",
         f"--seed={args.seed}",
-        f"--train_dir={args.train_dir}",
-        f"--experiment={exp}",
         "--restart_behavior=overwrite",
         "--status_interval=30",
         "--save_every_sec=100000",
     ]
     if pbt:
-        cmd += [
+        flags += [
             "--with_pbt",
             f"--pbt_period_env_steps={args.period}",
             f"--pbt_start_mutation={args.period}",
         ]
-    print("$", " ".join(cmd[1:]), flush=True)
     start = time.monotonic()
-    run_logged(cmd, os.path.join(args.train_dir, f"{exp}.log"), exp)
-    with open(os.path.join(args.train_dir, exp, "summary.json")) as f:
-        summary = json.load(f)
+    summary = train_run(flags, args.train_dir, exp, echo=True)
     print(
         f"  {exp}: {summary['frames']:,} frames in {time.monotonic() - start:,.0f} s "
         f"({summary['fps_median_second_half'] or 0:,.0f} frames/s)",

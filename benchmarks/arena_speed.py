@@ -12,7 +12,6 @@ training frames/s with the raw one-core rate: the game should never be the bottl
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import statistics
 import sys
@@ -23,7 +22,7 @@ import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from benchmarks.runs import run_logged  # noqa: E402
+from benchmarks.runs import train_run  # noqa: E402
 from envs.arena import ARENA_PLAYERS, make_arena  # noqa: E402
 from envs.arena.batch import ArenaBatch  # noqa: E402
 from envs.arena.game import NUM_ACTIONS  # noqa: E402
@@ -93,24 +92,17 @@ def lure_rate(seconds: float, windows: int) -> list[float]:
 def training_rate(seconds: int, envs_per_worker: int, batched: bool) -> float:
     """Frames/s (median of the second half) of the 8-policy PBT self-play run on arena_duel,
     2 workers, the README's main job with a time budget instead of a frame budget."""
+    flags = [
+        "--preset=arena_pbt_demo",
+        f"--num_envs_per_worker={envs_per_worker}",
+        f"--batched_envs={batched}",
+        f"--train_for_seconds={seconds}",
+        "--train_for_env_steps=1000000000",
+        "--status_interval=5",
+    ]
     with tempfile.TemporaryDirectory() as d:
-        exp = f"speed_{envs_per_worker}_{int(batched)}"
-        cmd = [
-            sys.executable,
-            "-m",
-            "launch.train",
-            "--preset=arena_pbt_demo",
-            f"--num_envs_per_worker={envs_per_worker}",
-            f"--batched_envs={batched}",
-            f"--train_for_seconds={seconds}",
-            "--train_for_env_steps=1000000000",
-            f"--train_dir={d}",
-            f"--experiment={exp}",
-            "--status_interval=5",
-        ]
-        run_logged(cmd, os.path.join(d, "log.txt"), exp)
-        with open(os.path.join(d, exp, "summary.json")) as f:
-            return float(json.load(f)["fps_median_second_half"])
+        summary = train_run(flags, d, f"speed_{envs_per_worker}_{int(batched)}")
+    return float(summary["fps_median_second_half"])
 
 
 def main() -> None:

@@ -19,7 +19,6 @@ Both write their runs under --train_dir (default /tmp/rl_pbt_bench) and keep the
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import re
 import subprocess
@@ -30,29 +29,20 @@ import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from benchmarks.runs import ROOT, run_logged  # noqa: E402
+from benchmarks.runs import ROOT, train_run  # noqa: E402
 
 
 def train(args, experiment: str, flags: list[str]) -> dict:
-    exp_dir = os.path.join(args.train_dir, experiment)
-    cmd = [
-        sys.executable,
-        "-m",
-        "launch.train",
-        f"--experiment={experiment}",
-        f"--train_dir={args.train_dir}",
+    common = [
         f"--train_for_env_steps={args.frames}",
         "--restart_behavior=overwrite",
         "--stats_avg=100",
         "--device=cpu",
         f"--seed={args.seed}",
-    ] + flags
-    print("$", " ".join(cmd[1:]), flush=True)
+    ]
     os.makedirs(args.train_dir, exist_ok=True)
     start = time.monotonic()
-    run_logged(cmd, os.path.join(args.train_dir, f"{experiment}.log"), experiment)
-    with open(os.path.join(exp_dir, "summary.json")) as f:
-        summary = json.load(f)
+    summary = train_run(common + flags, args.train_dir, experiment, echo=True)
     print(
         f"trained {summary['frames']:,} frames in {time.monotonic() - start:,.0f} s "
         f"({summary['fps_median_second_half'] or 0:,.0f} frames/s, median of the second half)"

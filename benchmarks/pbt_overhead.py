@@ -8,13 +8,11 @@ on the copied weights, for a ~1M-parameter model on the CPU.
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import statistics
-import sys
 import tempfile
 
-from runs import run_logged
+from runs import train_run
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -32,19 +30,7 @@ COMMON = [
 
 
 def train(train_dir: str, exp: str, extra: list[str]) -> dict:
-    cmd = [
-        sys.executable,
-        "-m",
-        "launch.train",
-        *COMMON,
-        f"--train_dir={train_dir}",
-        f"--experiment={exp}",
-        *extra,
-    ]
-    log = os.path.join(train_dir, f"{exp}.log")
-    run_logged(cmd, log, exp)
-    with open(os.path.join(train_dir, exp, "summary.json")) as f:
-        return json.load(f)
+    return train_run([*COMMON, *extra], train_dir, exp)
 
 
 def main() -> None:

@@ -22,7 +22,7 @@ import tempfile
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 
-from runs import run_logged  # noqa: E402
+from runs import train_run  # noqa: E402
 
 from rl_pbt.pbt.lineage import lineage_path, read_events, schedule_for  # noqa: E402
 
@@ -30,10 +30,7 @@ from rl_pbt.pbt.lineage import lineage_path, read_events, schedule_for  # noqa: 
 def run(args, seed: int, pbt: bool, train_dir: str) -> str:
     exp = f"lure_{'pbt' if pbt else 'random'}_s{seed}"
     start = args.period if pbt else 10**15  # random search: never an update
-    cmd = [
-        sys.executable,
-        "-m",
-        "launch.train",
+    flags = [
         "--env=lure",
         "--with_pbt",
         "--pbt_init_random",
@@ -43,15 +40,12 @@ def run(args, seed: int, pbt: bool, train_dir: str) -> str:
         f"--pbt_start_mutation={start}",
         f"--pbt_mutation_rate={args.mutation_rate}",
         f"--seed={seed}",
-        f"--train_dir={train_dir}",
-        f"--experiment={exp}",
         "--status_interval=30",
         "--save_every_sec=100000",
         "--stats_avg=100",
         "--pbt_objective_window=100",
     ]
-    log = os.path.join(train_dir, f"{exp}.log")
-    run_logged(cmd, log, exp)
+    train_run(flags, train_dir, exp)
     return os.path.join(train_dir, exp)
 
 

@@ -16,7 +16,9 @@ import vizdoom as vzd
 from envs.vizdoom.game import (
     DoomSettings,
     ScreenResizer,
+    bot_frags,
     build_game,
+    match_result,
     read_game_variables,
     render_resolution,
     resolve_settings,
@@ -244,19 +246,14 @@ class DoomEnv(gym.Env, RewardShapingInterface):
         return obs, reward, finished, False, info
 
     def bot_match(self, end_vars: np.ndarray) -> dict[str, float]:
-        """The agent's result against the bots by frags: `win` 1 (more frags than every bot),
-        0.5 (tied with the best bot), 0, and `best_bot_frags`. Bots join afresh every episode,
-        so their counts start at zero; the agent's own count is taken relative to the start."""
+        """The agent's result against the bots by frags: `win` (as `match_result`) and
+        `best_bot_frags`; the agent's own count is taken relative to the episode's start."""
         own_slot = int(round(end_vars[GV["PLAYER_NUMBER"]]))
-        total = 1 + self.settings.num_bots
-        base = len(GAME_VARIABLES)
-        bots = [float(end_vars[base + k]) for k in range(min(total, self._num_vars - base))]
-        bots = [f for k, f in enumerate(bots) if k != own_slot]
+        bots = bot_frags(end_vars, {own_slot}, 1 + self.settings.num_bots)
         if not bots:
             return {}
         mine = float(end_vars[GV["FRAGCOUNT"]] - self._start_vars[GV["FRAGCOUNT"]])
-        best = max(bots)
-        return {"win": 1.0 if mine > best else 0.5 if mine == best else 0.0, "best_bot_frags": best}
+        return {"win": match_result(mine, bots), "best_bot_frags": max(bots)}
 
     def render(self):
         if self.render_mode == "rgb_array" and self._obs is not None:

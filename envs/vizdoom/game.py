@@ -194,6 +194,22 @@ def self_play_frag_variables(scenario: Scenario) -> tuple[str, ...]:
     )
 
 
+def bot_frags(game_vars: np.ndarray, agent_slots: set[int], num_players: int) -> list[float]:
+    """Frags of the player slots that agents do not hold (the bots), from the per-slot counts
+    that follow GAME_VARIABLES; [] when an agent's slot is out of range. Bots join afresh every
+    episode, so their counts are the episode's."""
+    if not all(0 <= k < num_players for k in agent_slots):
+        return []
+    base = len(GAME_VARIABLES)
+    return [float(game_vars[base + k]) for k in range(num_players) if k not in agent_slots]
+
+
+def match_result(mine: float, rivals: list[float]) -> float:
+    """1 for more frags than every rival, 0.5 when level with the best, 0 otherwise."""
+    best = max(rivals) if rivals else float("-inf")
+    return 1.0 if mine > best else 0.5 if mine == best else 0.0
+
+
 def doom_work_dir() -> str:
     """A folder for the files Doom writes (config, crash logs), outside the repository."""
     folder = os.path.join(tempfile.gettempdir(), "rl_pbt_vizdoom")

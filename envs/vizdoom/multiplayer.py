@@ -20,7 +20,13 @@ from typing import Any, Optional
 import numpy as np
 
 from envs.vizdoom.doom_env import MAX_CONSECUTIVE_FAILURES, episode_stats
-from envs.vizdoom.game import DoomSettings, doom_work_dir, self_play_frag_variables
+from envs.vizdoom.game import (
+    DoomSettings,
+    bot_frags,
+    doom_work_dir,
+    match_result,
+    self_play_frag_variables,
+)
 from envs.vizdoom.processes import (
     DoomGameError,
     DoomStartError,
@@ -265,21 +271,17 @@ class DoomMultiAgentEnv(RewardShapingInterface):
         bots: list[float] = []
         if self.settings.num_bots > 0:
             slots = {int(round(snap.game_vars[GV["PLAYER_NUMBER"]])) for snap in snaps}
-            total = self.num_agents + self.settings.num_bots
-            base = len(GAME_VARIABLES)
-            if len(slots) == self.num_agents and all(0 <= k < total for k in slots):
-                # Bots join afresh every episode, so their counts start at zero.
-                bots = [float(snaps[0].game_vars[base + k]) for k in range(total) if k not in slots]
+            if len(slots) == self.num_agents:
+                total = self.num_agents + self.settings.num_bots
+                bots = bot_frags(snaps[0].game_vars, slots, total)
         return own, bots
 
     def match_results(self, snaps: list[Snapshot]) -> list[float]:
         own, bots = self.frags(snaps)
-        results = []
-        for i, mine in enumerate(own):
-            rivals = [f for j, f in enumerate(own) if j != i] + bots
-            best = max(rivals) if rivals else float("-inf")
-            results.append(1.0 if mine > best else 0.5 if mine == best else 0.0)
-        return results
+        return [
+            match_result(mine, [f for j, f in enumerate(own) if j != i] + bots)
+            for i, mine in enumerate(own)
+        ]
 
     def step(self, actions):
         if self._game is None:

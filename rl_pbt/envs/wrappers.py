@@ -75,7 +75,7 @@ class BatchCopy(RewardShapingInterface):
         self.batch.set_reward_shaping(reward_shaping, agent_idx, self.k)
 
     def close(self) -> None:
-        pass  # the batch is closed once, by its owner
+        """Nothing to do: the worker that owns the batch closes it once, for every copy."""
 
 
 def as_multiagent(env: Any) -> Any:

@@ -274,7 +274,8 @@ class RolloutWorker:
                 for a in range(self.num_agents)
             ]
             obs, rew, term, trunc, infos = env.step(env_actions)
-            self._record(e, obs, rew, term, trunc, infos, finished)
+            dones = np.logical_or(np.asarray(term, bool), np.asarray(trunc, bool))
+            self._record(e, obs, rew, dones, infos, finished)
         self._after_step(finished)
 
     def _step_batch(self, actions: np.ndarray, finished: dict) -> None:
@@ -288,8 +289,11 @@ class RolloutWorker:
             ]
         self._beat(hb.STEPPING, -1)
         obs, rew, term, trunc, infos = self.batch.step(env_actions)
+        dones = np.logical_or(np.asarray(term, bool), np.asarray(trunc, bool))
+        if dones.ndim == 1:  # one flag per copy: every agent of the copy shares it
+            dones = np.broadcast_to(dones[:, None], (k, n))
         for e in range(k):
-            self._record(e, obs[e], rew[e], term[e], trunc[e], infos[e], finished)
+            self._record(e, obs[e], rew[e], dones[e], infos[e], finished)
 
     def _after_step(self, finished: dict) -> None:
         self._send(finished)
@@ -359,11 +363,9 @@ class RolloutWorker:
             self.pending_bootstrap = []
             self._send(finished)
 
-    def _record(self, e, obs, rew, term, trunc, infos, finished) -> None:
+    def _record(self, e, obs, rew, dones, infos, finished) -> None:
         n = self.num_agents
         base = e * n
-        # a batched env may give one flag per copy: every agent of the copy shares it
-        dones = np.broadcast_to(np.logical_or(np.asarray(term, bool), np.asarray(trunc, bool)), n)
         rew = np.asarray(rew, dtype=np.float32)
         for a in range(n):
             i = base + a

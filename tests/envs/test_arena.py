@@ -300,4 +300,3 @@ def test_registered_and_configurable():
     assert np.array_equal(first, np.stack(again.reset()[0]))
     assert not np.array_equal(first, np.stack(other.reset()[0]))
     pickle.dumps(make_arena)  # factories must reach spawned processes
-

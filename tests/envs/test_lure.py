@@ -156,4 +156,3 @@ def test_registered_and_seeded():
     env = make_lure("lure", None, {"env_id": 0}, render_mode="rgb_array")
     env.reset(seed=0)
     assert env.render().dtype == np.uint8
-

@@ -7,6 +7,7 @@ import os
 from rl_pbt import parse_cfg, register_env, train
 from rl_pbt.pbt.lineage import read_events
 from tests.scripted_envs import ShapedCartPole
+from tests.small_run import SMALL_RUN
 
 
 def make_shaped(name, cfg, env_config, render_mode=None):
@@ -25,12 +26,7 @@ def test_pbt_run_replaces_mutates_and_reaches_envs(tmp_path, monkeypatch):
             "--env=shaped_cartpole",
             "--with_pbt",
             "--num_policies=4",
-            "--num_workers=2",
-            "--num_envs_per_worker=4",
-            "--rollout=16",
-            "--batch_size=128",
-            "--encoder_mlp_layers",
-            "32",
+            *SMALL_RUN,
             "--pbt_period_env_steps=4000",
             "--pbt_start_mutation=4000",
             "--pbt_mutation_rate=0.5",

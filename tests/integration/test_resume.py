@@ -6,6 +6,7 @@ import os
 import torch
 
 from rl_pbt import parse_cfg, train
+from tests.small_run import SMALL_RUN
 
 
 def checkpoints(folder):
@@ -16,12 +17,7 @@ def run(tmp_path, steps, *extra):
     cfg = parse_cfg(
         [
             "--env=CartPole-v1",
-            "--num_workers=2",
-            "--num_envs_per_worker=4",
-            "--rollout=16",
-            "--batch_size=128",
-            "--encoder_mlp_layers",
-            "32",
+            *SMALL_RUN,
             f"--train_for_env_steps={steps}",
             f"--train_dir={tmp_path}",
             "--experiment=res",

@@ -4,6 +4,7 @@ import json
 import os
 
 from rl_pbt import parse_cfg, train
+from tests.small_run import SMALL_RUN
 
 
 def test_snapshots_play_and_are_rated(tmp_path):
@@ -13,12 +14,7 @@ def test_snapshots_play_and_are_rated(tmp_path):
         [
             "--env=arena_duel",
             "--num_policies=2",
-            "--num_workers=2",
-            "--num_envs_per_worker=4",
-            "--rollout=16",
-            "--batch_size=128",
-            "--encoder_mlp_layers",
-            "32",
+            *SMALL_RUN,
             "--selfplay_snapshot_prob=0.5",
             "--selfplay_snapshot_every_env_steps=5000",
             "--selfplay_snapshot_pool_size=3",
