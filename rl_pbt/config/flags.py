@@ -165,6 +165,18 @@ FLAGS: list[Flag] = [
         group="sampling",
     ),
     Flag(
+        "policy_focus_env_steps",
+        int,
+        16384,
+        "single-agent envs with a population: a rollout worker starts new episodes with one "
+        "policy of its share until that policy is this many env steps ahead of the least "
+        "served one, then turns to the least served; fewer policies per step means fewer "
+        "weights read per forward pass and fewer learners awake at once. 0: every episode "
+        "goes to the least served policy",
+        non_negative,
+        group="sampling",
+    ),
+    Flag(
         "batched_envs",
         bool,
         True,

@@ -98,6 +98,14 @@ class Learner:
         return len(self.pending) >= self.traj_per_iteration
 
     def train_if_ready(self) -> bool:
+        if self.env_steps >= self.cfg.train_for_env_steps:
+            # this policy's budget is spent while others may still train (or the run is
+            # stopping): its experience is released untrained, so a resumed run that has
+            # nothing left to do saves the same state it loaded
+            if self.pending:
+                self.pool.release(self.pending)
+                self.pending = []
+            return False
         if self.copied_at is not None:
             self._drop_stale()
         if not self.ready():

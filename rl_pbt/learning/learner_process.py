@@ -163,6 +163,7 @@ def learner_process_main(
     from rl_pbt.envs.registry import restore_registry
 
     restore_registry(registry_snapshot)
+    parent = hb.ParentWatch()
     host = None
     try:
         heartbeats.beat(hb_idx, hb.STARTING, policy_id)
@@ -178,6 +179,8 @@ def learner_process_main(
         host.start(resume)
         while not host.stopped:
             host.poll(timeout=0.05)
+            if parent.gone():  # the runner died without a word: keep what was learned
+                host.handle(Stop(save=True))
     except KeyboardInterrupt:
         if host is not None:
             host.handle(Stop(save=True))

@@ -5,6 +5,7 @@ The runner reads them to name a component that died or hangs, and what it was do
 
 from __future__ import annotations
 
+import os
 import time
 
 import torch
@@ -72,3 +73,15 @@ class Heartbeats:
             if self._act_np[i] != STOPPED and self.silent_for(i, now) > limit:
                 out.append((i, self.silent_for(i, now)))
         return out
+
+
+class ParentWatch:
+    """Tells a child process that the runner that started it is gone (killed, crashed), so
+    the child stops instead of spinning on as an orphan: learners then save their checkpoints
+    on the way out. Create it in the child; `gone()` is one cheap system call."""
+
+    def __init__(self):
+        self.parent = os.getppid()
+
+    def gone(self) -> bool:
+        return os.getppid() != self.parent

@@ -45,7 +45,12 @@ from rl_pbt.runtime.messages import (
     make_queue,
 )
 from rl_pbt.sampling.elo import EloRatings, matches_from_episode
-from rl_pbt.sampling.matchmaking import SnapshotPool, make_matchmaker, snapshot_id
+from rl_pbt.sampling.matchmaking import (
+    LeastServedMatchmaker,
+    SnapshotPool,
+    make_matchmaker,
+    snapshot_id,
+)
 from rl_pbt.sampling.rollout_worker import RolloutWorker
 from rl_pbt.sampling.worker_process import worker_process_main
 
@@ -224,7 +229,7 @@ class Runner:
         )
         share = self._policy_share(worker_idx)
         if share is not None:
-            matchmaker = _LeastServedMatchmaker(share)
+            matchmaker = LeastServedMatchmaker(share, cfg.policy_focus_env_steps)
         worker = RolloutWorker(
             cfg,
             worker_idx,
@@ -568,24 +573,6 @@ class _MergedQueue:
         if not out:
             raise std_queue.Empty
         return out
-
-
-class _LeastServedMatchmaker:
-    """Single-agent envs (see Runner._policy_share): each new episode goes to the policy of
-    this worker's share that has had the fewest steps from it so far, so every member gets
-    the same experience even when their episode lengths differ (a uniform draw per episode
-    gives policies with short episodes fewer frames)."""
-
-    def __init__(self, policies: list[int]):
-        self.steps = {p: 0 for p in policies}
-
-    def record_steps(self, policy: int, steps: int) -> None:
-        self.steps[policy] += steps
-
-    def assign(self, num_agents: int, rng) -> list[int]:
-        fewest = min(self.steps.values())
-        candidates = [p for p, n in self.steps.items() if n == fewest]
-        return [candidates[int(rng.integers(len(candidates)))]] * num_agents
 
 
 class _LivePool:

@@ -89,6 +89,18 @@ class _Weights:
         layers = [[(pick(w), pick(b)) for w, b in parts] for parts in self.layers]
         return _Weights(layers=layers, **out)
 
+    def tensors(self) -> list[Tensor]:
+        flat = [getattr(self, f.name) for f in fields(self) if f.name != "layers"]
+        flat += [t for parts in self.layers for pair in parts for t in pair]
+        return [t for t in flat if t is not None]
+
+    def copy_row(self, dst: int, src: _Weights, src_row: int) -> None:
+        """Row `dst` of these stacks := row `src_row` of `src` (same layout). Subsets are
+        made during acting, so they are inference tensors, written only in inference mode."""
+        with torch.inference_mode():
+            for mine, theirs in zip(self.tensors(), src.tensors()):
+                mine[dst].copy_(theirs[src_row])
+
 
 @dataclass
 class _Plan:
@@ -109,7 +121,7 @@ class FusedPopulationPolicy:
     # stay this narrow; wider ones run per key, as the zero blocks then cost more than the ops
     # saved (2 keys, 8 rows: equal at 64 units per key, per key 20-40% faster from 128).
     block_diag_max_width = 128
-    # stacked weights kept for subsets of rows in use (dropped whenever a row is loaded)
+    # stacked weights kept for subsets of rows in use (a loaded row is copied into them)
     max_cached_subsets = 4
 
     @staticmethod
@@ -196,6 +208,7 @@ class FusedPopulationPolicy:
         self.ret_mean = torch.zeros(r)
         self.ret_std = torch.ones(r)
         self._selected: dict[bytes, _Weights] = {}
+        self._selected_rows: dict[bytes, np.ndarray] = {}  # the rows each subset holds
         self._plan: _Plan | None = None
 
     # --- filling rows --------------------------------------------------------------------------
@@ -257,7 +270,12 @@ class FusedPopulationPolicy:
             w.head_b[row, 0, a : 2 * a] = log_std.exp()
             w.head_b[row, 0, 2 * a : 3 * a] = -1.0 / (2 * (2 * log_std).exp())
             w.head_b[row, 0, 3 * a] = -(log_std + _HALF_LOG_2PI).sum()
-        self._selected.clear()
+        # a subset holding this row gets its new values in place: re-stacking the whole subset
+        # on every load cost 14% of the forward with 8 policies updating in turn
+        for key, sel in self._selected.items():
+            pos = np.flatnonzero(self._selected_rows[key] == row)
+            if pos.size:
+                sel.copy_row(int(pos[0]), w, row)
 
     # --- acting ---------------------------------------------------------------------------------
     def _make_plan(self, rows: np.ndarray, key: bytes) -> _Plan:
@@ -290,9 +308,11 @@ class FusedPopulationPolicy:
         sel = self._selected.get(plan.active_key)
         if sel is None:
             if len(self._selected) >= self.max_cached_subsets:
-                del self._selected[next(iter(self._selected))]  # oldest
+                oldest = next(iter(self._selected))
+                del self._selected[oldest], self._selected_rows[oldest]
             sel = self._weights.select(torch.from_numpy(plan.active.astype(np.int64)))
             self._selected[plan.active_key] = sel
+            self._selected_rows[plan.active_key] = plan.active
         return sel
 
     @torch.inference_mode()

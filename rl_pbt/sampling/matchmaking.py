@@ -194,3 +194,43 @@ def make_matchmaker(
     return EloMatchmaker(
         num_policies, ratings, temperature, mix_policies_in_one_env, snapshot_prob, snapshot_ids
     )
+
+
+class LeastServedMatchmaker:
+    """Single-agent envs (see Runner._policy_share), one seat per env: every member of this
+    worker's share gets the same experience whatever its episode lengths (a uniform draw per
+    episode would give policies with short episodes fewer frames). New episodes stay with one
+    focus policy until it is `focus_steps` ahead of the least-served one, then the
+    least-served one takes over: the worker then mostly steps one policy at a time, which
+    keeps its forward pass on one set of weights and only one learner busy. The imbalance
+    stays within `focus_steps` plus the episodes in flight (plus what `prefer` grants);
+    `focus_steps=0` starts every episode with the least-served policy."""
+
+    def __init__(self, policies: list[int], focus_steps: int = 0):
+        self.steps = {p: 0 for p in policies}
+        self.focus_steps = focus_steps
+        self.focus: int | None = None
+        self.preferred: dict[int, int] = {}  # policy -> step count it keeps the seats until
+
+    def record_steps(self, policy: int, steps: int) -> None:
+        self.steps[policy] += steps
+
+    def prefer(self, policy: int, steps: int) -> None:
+        """New episodes go to `policy` until it has played `steps` more steps (after a PBT
+        weight copy its learner waits for experience from the new weights); several preferred
+        policies take turns, the one furthest from its goal first."""
+        if policy in self.steps:
+            self.preferred[policy] = self.steps[policy] + steps
+
+    def assign(self, num_agents: int, rng: np.random.Generator) -> list[int]:
+        for p, until in list(self.preferred.items()):
+            if self.steps[p] >= until:
+                del self.preferred[p]
+        if self.preferred:
+            self.focus = max(self.preferred, key=lambda p: self.preferred[p] - self.steps[p])
+            return [self.focus] * num_agents
+        fewest = min(self.steps.values())
+        if self.focus is None or self.steps[self.focus] - fewest >= self.focus_steps:
+            candidates = [p for p, n in self.steps.items() if n == fewest]
+            self.focus = candidates[int(rng.integers(len(candidates)))]
+        return [self.focus] * num_agents

@@ -106,11 +106,17 @@ class RolloutWorker:
         self.model_version: dict[int, int] = {}  # learner version of the weights in use
         self.model_seq: dict[int, int] = {}  # param-store write counter when they were read
         self.make_model = make_model
+        self._seq_now = params.seq.numpy()  # shared write counters, read without a copy
+        self._seq_seen = np.full(cfg.num_policies, -1, dtype=np.int64)  # as in model_seq
+        self._version_of = np.zeros(params.seq.shape[0], dtype=np.int64)  # as in model_version
         self.snapshot_store: dict[str, int] = {}  # snapshot id -> row of the param store
         self.ratings = None  # EloRatings for Elo matchmaking (set by the runner)
         self.snapshot_models: dict[str, ActorCritic] = {}
         # a matchmaker that balances experience is told of every step played
         self.count_steps = getattr(matchmaker, "record_steps", None)
+        # ... and one that schedules policies is told when a policy's weights were replaced
+        self.prefer = getattr(matchmaker, "prefer", None)
+        self.max_lag = cfg.max_policy_lag
 
         n_act = len(self.envs) * self.num_agents
         self.num_actors = n_act
@@ -231,11 +237,28 @@ class RolloutWorker:
         # is reused may hold a new snapshot with the same version number as the old one
         seq = int(self.params.seq[row])
         if seq != self.model_seq[row]:
+            before = self.model_version.get(row)
             self.model_version[row] = self.params.read_into(row, model)
+            self._version_of[row] = self.model_version[row]
+            copied = before is not None and self.model_version[row] - before > self.max_lag
+            if copied and self.prefer is not None:
+                # a PBT copy: its learner needs a batch from the new weights, soon
+                self.prefer(row, 2 * self.cfg.batch_size * self.cfg.num_batches_per_epoch)
             self.model_seq[row] = seq
             if self.fused is not None:
                 self.fused.load(row, model)
         return model
+
+    def _refresh_seated(self, rows: np.ndarray) -> None:
+        """Reload (into the fused stacks too) the seated policies whose weights changed: one
+        vectorised look at the write counters, then `_model_for` for the changed ones only."""
+        seated = np.zeros(self.num_policies, dtype=bool)
+        seated[rows] = True
+        seen = self._seq_seen
+        changed = np.flatnonzero(seated & (self._seq_now[: self.num_policies] != seen))
+        for p in changed:
+            self._model_for(int(p))
+            seen[p] = self.model_seq[int(p)]
 
     def _snapshot_model(self, sid: str) -> ActorCritic:
         """Frozen weights, read once when first seated and kept until no seat uses them, so
@@ -317,8 +340,7 @@ class RolloutWorker:
         if self.fused is not None and trains.any():
             idx = np.flatnonzero(trains)
             self._beat(hb.INFERENCE, -1)
-            for p in np.unique(policy_rows[idx]):
-                self._model_for(int(p))  # refreshes the fused rows of updated policies
+            self._refresh_seated(policy_rows[idx])
             obs = {k: torch.from_numpy(self.cur_obs[k][idx]) for k in self.obs_keys}
             a, lp, v = self.fused.act(obs, policy_rows[idx])
             actions[idx] = a.numpy().reshape(len(idx), -1)
@@ -345,9 +367,7 @@ class RolloutWorker:
         self.np["log_probs"][slots, ts] = logp[idx]
         self.np["values"][slots, ts] = values[idx]
         self.np["policy_id"][slots, ts] = policy_rows[idx]
-        self.np["policy_version"][slots, ts] = [
-            self.model_version[int(p)] for p in policy_rows[idx]
-        ]
+        self.np["policy_version"][slots, ts] = self._version_of[policy_rows[idx]]
         if self.rnn_size:
             chunk_start = ts % self.rec == 0
             if chunk_start.any():

@@ -29,9 +29,12 @@ def worker_process_main(
 
     restore_registry(registry_snapshot)
     worker = None
+    parent = hb.ParentWatch()
     try:
-        worker = make_worker(worker_idx, lambda: bool(stop_flag[0]))
+        worker = make_worker(worker_idx, lambda: bool(stop_flag[0]) or parent.gone())
         while not stop_flag[0]:
+            if parent.gone():
+                break
             for msg in drain(control_queue):
                 if isinstance(msg, Stop):
                     stop_flag[0] = 1

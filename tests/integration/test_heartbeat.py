@@ -54,3 +54,54 @@ def test_crashing_worker_is_named(tmp_path, capsys):
     assert status == 1
     assert "rollout worker 0" in out and "env exploded on purpose" in out
     assert glob.glob(os.path.join(tmp_path, "hb", "checkpoint_p0", "checkpoint_*.pth"))
+
+
+def _child_pids(pid: int) -> list[int]:
+    with open(f"/proc/{pid}/task/{pid}/children") as f:
+        return [int(x) for x in f.read().split()]
+
+
+def _alive(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().split(") ")[1][0] != "Z"
+    except FileNotFoundError:
+        return False
+
+
+def test_killed_runner_leaves_no_orphans_and_keeps_progress(tmp_path):
+    """The runner is killed outright (no chance to stop anything): its workers and learners
+    notice, stop within seconds, and the learners save checkpoints on the way out."""
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    cmd = [sys.executable, "-m", "launch.train", "--env=CartPole-v1", "--num_workers=2"]
+    cmd += ["--num_envs_per_worker=2", "--rollout=8", "--batch_size=32", "--num_policies=2"]
+    cmd += ["--encoder_mlp_layers", "8", "--train_for_seconds=120", "--save_every_sec=100000"]
+    cmd += [f"--train_dir={tmp_path}", "--experiment=orphans", "--status_interval=1"]
+    proc = subprocess.Popen(cmd, cwd=root, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+    children: list[int] = []
+    try:
+        deadline = time.monotonic() + 60
+        for line in proc.stdout:  # training is under way once a status line shows frames
+            if b"fps" in line and b"frames" in line:
+                break
+            assert time.monotonic() < deadline, "no status line within 60 s"
+        children = _child_pids(proc.pid)
+        assert len(children) >= 4  # 2 workers + 2 learners (+ queue helpers)
+        proc.send_signal(signal.SIGKILL)
+        proc.wait(timeout=10)
+        deadline = time.monotonic() + 20
+        while any(_alive(c) for c in children) and time.monotonic() < deadline:
+            time.sleep(0.2)
+        assert not [c for c in children if _alive(c)], "children outlived the runner"
+    finally:
+        for c in children:
+            if _alive(c):
+                os.kill(c, signal.SIGKILL)
+        proc.kill()
+    for p in (0, 1):
+        assert glob.glob(os.path.join(tmp_path, "orphans", f"checkpoint_p{p}", "*.pth"))

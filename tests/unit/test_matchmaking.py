@@ -11,6 +11,7 @@ import pytest
 from rl_pbt.sampling.elo import EloRatings
 from rl_pbt.sampling.matchmaking import (
     EloMatchmaker,
+    LeastServedMatchmaker,
     Matchmaker,
     SnapshotPool,
     UniformMatchmaker,
@@ -192,3 +193,58 @@ def test_make_matchmaker_kinds_and_errors():
         EloMatchmaker(2, EloRatings(), temperature=0.0)
     with pytest.raises(TypeError):  # the base class is abstract: a strategy must subclass it
         Matchmaker(2)
+
+
+def simulate_least_served(focus_steps: int, steps: int = 60_000, envs: int = 8, seed: int = 0):
+    """Envs whose episodes last 5-300 steps, each policy with its own typical length; returns
+    the matchmaker and, per step, how many distinct policies were playing."""
+    rng = np.random.default_rng(seed)
+    mm = LeastServedMatchmaker([1, 3, 5, 7], focus_steps)
+    typical = {1: 10, 3: 60, 5: 150, 7: 300}
+    seat = [mm.assign(1, rng)[0] for _ in range(envs)]
+    left = [int(rng.integers(5, typical[p] + 1)) for p in seat]
+    distinct = []
+    for _ in range(steps):
+        distinct.append(len(set(seat)))
+        for e in range(envs):
+            mm.record_steps(seat[e], 1)
+            left[e] -= 1
+            if left[e] == 0:
+                seat[e] = mm.assign(1, rng)[0]
+                left[e] = int(rng.integers(5, typical[seat[e]] + 1))
+    return mm, np.array(distinct)
+
+
+@pytest.mark.parametrize("focus_steps", [0, 2_000, 16_384])
+def test_least_served_balances_experience(focus_steps):
+    mm, _ = simulate_least_served(focus_steps)
+    counts = np.array(list(mm.steps.values()))
+    # bound: the focus lead plus the episodes in flight (8 envs x 300 steps at most)
+    assert counts.max() - counts.min() <= focus_steps + 8 * 300, mm.steps
+    assert counts.sum() == 60_000 * 8
+
+
+def test_focus_plays_fewer_policies_at_once():
+    _, spread = simulate_least_served(0)
+    _, focused = simulate_least_served(16_384)
+    assert spread.mean() > 2.5  # least-served alone mixes most of the four all the time
+    assert focused.mean() < 1.2 and np.mean(focused == 1) > 0.9
+
+
+def test_preferred_policies_take_new_episodes_then_balance_returns():
+    rng = np.random.default_rng(0)
+    mm = LeastServedMatchmaker([0, 2, 4, 6], focus_steps=100)
+    for p in (0, 2, 4, 6):
+        mm.record_steps(p, 1000)
+    mm.record_steps(4, 500)  # policies 4 and 6 are well ahead
+    mm.record_steps(6, 400)
+    mm.prefer(4, 50)  # e.g. their weights were just replaced by PBT copies
+    mm.prefer(6, 100)
+    mm.prefer(9, 100)  # not in this worker's share: ignored
+    taken = []
+    for _ in range(30):
+        (p,) = mm.assign(1, rng)
+        taken.append(p)
+        mm.record_steps(p, 10)
+    assert Counter(taken[:15]) == {4: 5, 6: 10}  # each until it has its steps
+    assert set(taken[15:]) <= {0, 2}  # then the least served catch up
