@@ -23,7 +23,7 @@ ARENA_FLAGS = [
         "arena_episode_steps",
         int,
         DEFAULT_EPISODE_STEPS,
-        "arena time limit in steps (the episode is a draw when it runs out)",
+        "arena time limit in steps (then the side with more health left wins)",
         positive,
         group="env",
     ),

@@ -435,12 +435,21 @@ class ArenaBatch(BatchedMultiAgentEnv):
             done = terminated | truncated
             decided = terminated & (team_alive[:, 0] != team_alive[:, 1])  # a side won
             winners = self._winners[team_alive[:, 1].astype(np.int64)]  # (K, n), if decided
-            if np.count_nonzero(decided):
-                ev[:, :, EV_WIN] += decided[:, None] & winners
-                ev[:, :, EV_LOSS] += decided[:, None] & ~winners
         else:
             terminated = decided = np.zeros(K, dtype=bool)
+            winners = self._winners[np.zeros(K, dtype=np.int64)]
             done = truncated
+        if np.count_nonzero(truncated):
+            # at the time limit the side with more health left wins
+            left = np.where(alive, self.health, 0).reshape(K, 2, n // 2).sum(axis=2)
+            by_health = truncated & (left[:, 0] != left[:, 1])
+            if np.count_nonzero(by_health):
+                leader = self._winners[(left[:, 1] > left[:, 0]).astype(np.int64)]
+                winners = np.where(by_health[:, None], leader, winners)
+                decided = decided | by_health
+        if np.count_nonzero(decided):
+            ev[:, :, EV_WIN] += decided[:, None] & winners
+            ev[:, :, EV_LOSS] += decided[:, None] & ~winners
         done_copies = np.flatnonzero(done).tolist() if np.count_nonzero(done) else []
         self.events = ev
         rewards = (self._coeffs * ev).sum(axis=2).astype(np.float32)

@@ -9,8 +9,9 @@ that way), 5-8 face N/E/S/W in place, 9 shoot. A shot hits the nearest enemy str
 within `SHOT_RANGE` cells, unless a pillar is in between; teammates are not hit. Moves are
 resolved one player at a time (the order alternates every step), then pickups, then all
 shots at once, so two players can eliminate each other in the same step. Health and ammo
-pickups respawn some steps after they are taken. A side wins when the other is eliminated;
-a time limit, or both sides falling together, is a draw.
+pickups respawn some steps after they are taken. A side wins when the other is eliminated,
+or at the time limit when its players have more health left in total; equal health at the
+time limit, or both sides falling together, is a draw.
 
 Episode end: every agent gets `terminated` (elimination) or `truncated` (time limit) at the
 same step, every info has `true_objective` (1 win, 0.5 draw, 0 loss, by team), and the
@@ -413,8 +414,15 @@ class ArenaGame(RewardShapingInterface):
         terminated = not (team_alive[0] and team_alive[1])
         truncated = not terminated and self.t >= self.episode_steps
         if terminated or truncated:
+            winner = -1
             if terminated and team_alive[0] != team_alive[1]:
                 winner = 0 if team_alive[0] else 1
+            elif truncated:
+                # at the time limit the side with more health left wins
+                left = [sum(self.health[j] for j in m if alive[j]) for m in self._team_members]
+                if left[0] != left[1]:
+                    winner = 0 if left[0] > left[1] else 1
+            if winner >= 0:
                 objectives = [1.0 if self.team[i] == winner else 0.0 for i in range(n)]
                 for i in range(n):
                     ev[i, EV_WIN if self.team[i] == winner else EV_LOSS] += 1.0

@@ -66,7 +66,7 @@ def test_batch_plays_exactly_like_separate_games(num_agents, episode_steps):
         game_obs, game_infos = game.reset()
         assert np.array_equal(obs[k], np.stack(game_obs)) and infos[k] == game_infos
 
-    counts = dict(eliminations=0, truncations=0, pickups=0, kills=0)
+    counts = dict(eliminations=0, truncations=0, time_limit_wins=0, pickups=0, kills=0)
     for t in range(num_steps):
         if t % 97 == 13:  # new shaping for some agent(s) of some copy / all copies
             shaping = _random_shaping(rng)
@@ -98,6 +98,9 @@ def test_batch_plays_exactly_like_separate_games(num_agents, episode_steps):
             assert game.t == batch.t[k] and game.alive == batch.alive[k].tolist()
         counts["eliminations"] += int(terminated.sum())
         counts["truncations"] += int(truncated.sum())
+        counts["time_limit_wins"] += sum(
+            truncated[k] and infos[k][0]["true_objective"] != 0.5 for k in range(K)
+        )
         counts["pickups"] += int(batch.events[:, :, EV_PICKUP].sum())
         counts["kills"] += int(batch.events[:, :, EV_KILL].sum())
     # the run covered every kind of event, so equality above means something

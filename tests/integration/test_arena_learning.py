@@ -45,13 +45,14 @@ def selfplay_vs_random(tmp_path, steps: int) -> np.ndarray:
 
 def test_selfplay_learns_to_beat_random(tmp_path):
     """CI-sized: both members clearly beat a random player (random vs random scores 0.5, with
-    a spread of about 0.035 over 200 games). The trained members almost never lose to it, but
-    do not always hunt it down within the time limit, and those draws make the weaker member's
-    score vary from run to run (0.60-0.80 seen after 0.8-1.2M frames; the other member
-    0.82-0.95). The issue's 0.8 bar is the slow test below."""
+    a spread of about 0.035 over 200 games). The trained members almost never lose to it;
+    how often they draw (no hit either way in 300 steps) varies from run to run: over four
+    seeds after 1.2M frames, member scores 0.73-1.0 and pair means 0.85-0.93 (0.75-1.0 and
+    0.77-0.96 in four more with a fifth of the opponents past selves). The bars leave room
+    for that spread; the issue's 0.8 bar is the slow test below."""
     vs_random = selfplay_vs_random(tmp_path, 1_200_000)
     print(f"scores vs random: {vs_random}")
-    assert np.all(vs_random >= 0.55) and vs_random.mean() >= 0.65, f"scores vs random: {vs_random}"
+    assert np.all(vs_random >= 0.6) and vs_random.mean() >= 0.7, f"scores vs random: {vs_random}"
 
 
 @pytest.mark.slow
