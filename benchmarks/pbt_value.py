@@ -29,7 +29,8 @@ from rl_pbt.pbt.lineage import lineage_path, read_events, schedule_for  # noqa: 
 
 def run(args, seed: int, pbt: bool, train_dir: str) -> str:
     exp = f"lure_{'pbt' if pbt else 'random'}_s{seed}"
-    start = args.period if pbt else 10**15  # random search: never an update
+    # random search: never an update
+    start = (args.start if args.start is not None else args.period) if pbt else 10**15
     flags = [
         "--env=lure",
         "--with_pbt",
@@ -73,6 +74,12 @@ def main() -> None:
     parser.add_argument("--steps", type=int, default=1_000_000, help="env frames per member")
     parser.add_argument("--period", type=int, default=100_000)
     parser.add_argument("--mutation_rate", type=float, default=0.3)
+    parser.add_argument(
+        "--start",
+        type=int,
+        default=None,
+        help="env frames per member before PBT's first update (default: one period)",
+    )
     parser.add_argument("--train_dir", default=None)
     args = parser.parse_args()
     train_dir = args.train_dir or tempfile.mkdtemp(prefix="pbt_value_")

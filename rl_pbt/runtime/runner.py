@@ -471,8 +471,9 @@ class Runner:
                     log(f"policy {msg.policy_id}: {msg.detail}")
                 if msg.kind == "copy_trained" and msg.policy_id in self.copy_decided_at:
                     decided = self.copy_decided_at.pop(msg.policy_id)
-                    copied = msg.data["copied"] - decided
-                    trained = msg.data["trained"] - decided
+                    # wall clocks of two processes: never print a negative delay
+                    copied = max(0.0, msg.data["copied"] - decided)
+                    trained = max(0.0, msg.data["trained"] - decided)
                     self.copy_latencies.append((copied, trained))
                     log(
                         f"PBT p{msg.policy_id}: weights copied {copied:.3f} s after the decision, "
