@@ -437,7 +437,7 @@ class ArenaBatch(BatchedMultiAgentEnv):
             winners = self._winners[team_alive[:, 1].astype(np.int64)]  # (K, n), if decided
         else:
             terminated = decided = np.zeros(K, dtype=bool)
-            winners = self._winners[np.zeros(K, dtype=np.int64)]
+            winners = None
             done = truncated
         if np.count_nonzero(truncated):
             # at the time limit the side with more health left wins
@@ -445,7 +445,9 @@ class ArenaBatch(BatchedMultiAgentEnv):
             by_health = truncated & (left[:, 0] != left[:, 1])
             if np.count_nonzero(by_health):
                 leader = self._winners[(left[:, 1] > left[:, 0]).astype(np.int64)]
-                winners = np.where(by_health[:, None], leader, winners)
+                if winners is not None:
+                    leader = np.where(by_health[:, None], leader, winners)
+                winners = leader
                 decided = decided | by_health
         if np.count_nonzero(decided):
             ev[:, :, EV_WIN] += decided[:, None] & winners

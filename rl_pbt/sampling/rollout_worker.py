@@ -103,12 +103,12 @@ class RolloutWorker:
         self.default_shaping = target0.get_default_reward_shaping() if target0 else None
 
         self.models: dict[int, ActorCritic] = {}
-        self.model_version: dict[int, int] = {}  # learner version of the weights in use
-        self.model_seq: dict[int, int] = {}  # param-store write counter when they were read
+        # per policy row: the learner version of the weights in use, and the param-store
+        # write counter when they were read (-1: not read yet)
+        self.model_version = np.zeros(cfg.num_policies, dtype=np.int64)
+        self.model_seq = np.full(cfg.num_policies, -1, dtype=np.int64)
         self.make_model = make_model
         self._seq_now = params.seq.numpy()  # shared write counters, read without a copy
-        self._seq_seen = np.full(cfg.num_policies, -1, dtype=np.int64)  # as in model_seq
-        self._version_of = np.zeros(params.seq.shape[0], dtype=np.int64)  # as in model_version
         self.snapshot_store: dict[str, int] = {}  # snapshot id -> row of the param store
         self.ratings = None  # EloRatings for Elo matchmaking (set by the runner)
         self.snapshot_models: dict[str, ActorCritic] = {}
@@ -232,18 +232,17 @@ class RolloutWorker:
             model = self.make_model()
             model.eval()
             self.models[row] = model
-            self.model_seq[row] = -1
         # the write counter, not the version, tells that weights changed: a snapshot row that
         # is reused may hold a new snapshot with the same version number as the old one
         seq = int(self.params.seq[row])
         if seq != self.model_seq[row]:
-            before = self.model_version.get(row)
-            self.model_version[row] = self.params.read_into(row, model)
-            self._version_of[row] = self.model_version[row]
-            copied = before is not None and self.model_version[row] - before > self.max_lag
+            read_before = self.model_seq[row] >= 0
+            version = self.params.read_into(row, model)
+            copied = read_before and version - self.model_version[row] > self.max_lag
             if copied and self.prefer is not None:
                 # a PBT copy: its learner needs a batch from the new weights, soon
                 self.prefer(row, 2 * self.cfg.batch_size * self.cfg.num_batches_per_epoch)
+            self.model_version[row] = version
             self.model_seq[row] = seq
             if self.fused is not None:
                 self.fused.load(row, model)
@@ -254,11 +253,9 @@ class RolloutWorker:
         vectorised look at the write counters, then `_model_for` for the changed ones only."""
         seated = np.zeros(self.num_policies, dtype=bool)
         seated[rows] = True
-        seen = self._seq_seen
-        changed = np.flatnonzero(seated & (self._seq_now[: self.num_policies] != seen))
-        for p in changed:
-            self._model_for(int(p))
-            seen[p] = self.model_seq[int(p)]
+        changed = seated & (self._seq_now[: self.num_policies] != self.model_seq)
+        for p in np.flatnonzero(changed).tolist():
+            self._model_for(p)
 
     def _snapshot_model(self, sid: str) -> ActorCritic:
         """Frozen weights, read once when first seated and kept until no seat uses them, so
@@ -367,7 +364,7 @@ class RolloutWorker:
         self.np["log_probs"][slots, ts] = logp[idx]
         self.np["values"][slots, ts] = values[idx]
         self.np["policy_id"][slots, ts] = policy_rows[idx]
-        self.np["policy_version"][slots, ts] = self._version_of[policy_rows[idx]]
+        self.np["policy_version"][slots, ts] = self.model_version[policy_rows[idx]]
         if self.rnn_size:
             chunk_start = ts % self.rec == 0
             if chunk_start.any():

@@ -31,10 +31,12 @@ def worker_process_main(
     worker = None
     parent = hb.ParentWatch()
     try:
-        worker = make_worker(worker_idx, lambda: bool(stop_flag[0]) or parent.gone())
-        while not stop_flag[0]:
-            if parent.gone():
-                break
+
+        def should_stop() -> bool:
+            return bool(stop_flag[0]) or parent.gone()
+
+        worker = make_worker(worker_idx, should_stop)
+        while not should_stop():
             for msg in drain(control_queue):
                 if isinstance(msg, Stop):
                     stop_flag[0] = 1

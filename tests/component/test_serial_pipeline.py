@@ -150,7 +150,8 @@ def test_learner_trains_and_publishes_new_versions(tmp_path):
     assert all(v > 0 for v in versions), versions
     # workers act with the published weights
     for worker in workers:
-        for p, v in worker.model_version.items():
+        for p in worker.models:
+            v = worker.model_version[p]
             assert v > 0 and v <= runner.params.current_version(p)
 
 
