@@ -2,15 +2,24 @@
 
 A single-agent `gymnasium.Env` implementing `RewardShapingInterface`; registered by `envs.lure`.
 
-The agent starts near the left side of a 9x5 room. At the right end is the goal: stepping
-on it ends the episode with success (`true_objective` 1). At the left end is a coin pit:
-once the agent steps in it cannot leave, and a coin appears in the pit every few steps
-until the time limit (`true_objective` 0). With the default weights a coin-farming policy
-has the higher shaped return, so an agent trained on the shaped reward ignores the goal;
-with the lure weight lowered (or the goal weight raised) reaching the goal pays more.
+The agent starts near the left side of a 9x5 room. At the right end is the goal: stepping on
+it ends the episode, and the sooner the better: `true_objective` is `1 - t / episode_steps`
+when the goal is reached at step t (about 0.85 on a straight path), 0 when it is not reached
+in time. At the left end is a coin pit: a coin lies there and reappears a few steps after it
+is taken. The pit is a dead end (only a step right leaves it), so exploration that wanders
+in stays a while and soon learns what coins pay; the agent may leave at any time. The shaped
+reward pays `lure * COIN_DECAY**k` for the k-th coin of an episode (k = 0, 1, ...), so the
+shaped optimum is to farm a number of coins that grows with lure / goal, then walk to the goal.
+Every coin farmed costs 5 steps, 0.1 of objective: the objective falls smoothly as the lure
+weight rises, which gives PBT a gradient to follow.
 
-Calibration (plain PPO, gamma 0.99, 64k steps, 5 seeds each): default weights -> the pit in
-5/5 runs; lure 0.2 -> the goal in 3/5, lure 0.15 -> 4/5, lure 0.1 or goal 2.0 -> 5/5.
+Shaped optimum (gamma 0.99; one more coin pays while lure * 0.8**k > ~0.047 goal), as
+lure/goal falls: 1.0 (the default) and 0.3 farm until time runs short (objective ~0.05);
+0.15 -> 5 coins (~0.35); 0.1 -> 3 (~0.55); 0.07 -> 2 (~0.65); below ~0.05 -> straight to the
+goal (~0.88). PPO learns the goal more readily than that optimum says (measured, 2 members x
+200k steps each, default learning values): lure 1.0 -> objective 0, 0.6 -> 0.005,
+0.45 -> 0.04, 0.38 -> 0.17, 0.3 -> 0.78. PBT's starting draws (each shaping weight moved by
+a factor of up to 2.25 either way) reach lure/goal below 0.3 for about 1 member in 20.
 """
 
 from __future__ import annotations
@@ -29,21 +38,23 @@ PIT = (0, 2)
 GOAL = (WIDTH - 1, 2)
 START_X = (2, 4)  # the start cell's x is drawn from this range (inclusive), y from all rows
 COIN_RESPAWN_STEPS = 5
+COIN_DECAY = 0.8  # the k-th coin of an episode pays lure * COIN_DECAY**k
 DEFAULT_EPISODE_STEPS = 50
 
 STAY, UP, RIGHT, DOWN, LEFT = range(5)
 _DX = (0, 0, 1, 0, -1)
 _DY = (0, -1, 0, 1, 0)
 
-# Shaped reward = goal * [goal reached] + lure * [coin taken] + step_penalty * 1, per step.
-DEFAULT_REWARD_SHAPING = {"goal": 1.0, "lure": 0.3, "step_penalty": -0.001}
+# Shaped reward per step = goal * [goal reached] + lure * COIN_DECAY**k * [k-th coin taken]
+# + step_penalty.
+DEFAULT_REWARD_SHAPING = {"goal": 1.0, "lure": 1.0, "step_penalty": -0.001}
 
 
 class LureEnv(gym.Env, RewardShapingInterface):
-    """The goal-or-coins room. Observation (9 floats in [-1, 1]): x, y, goal dx, goal dy,
+    """The goal-or-coins room. Observation (10 floats in [-1, 1]): x, y, goal dx, goal dy,
     pit dx, pit dy (offsets divided by the room size - 1), in-pit flag, steps to the next
-    coin (a fraction of the respawn time), fraction of the episode left.
-    Actions: stay, up, right, down, left."""
+    coin (a fraction of the respawn time), fraction of the episode left, value of the next
+    coin (COIN_DECAY**k). Actions: stay, up, right, down, left."""
 
     metadata = {"render_modes": ["rgb_array"], "render_fps": 10}
     CELL_PX = 8
@@ -61,15 +72,18 @@ class LureEnv(gym.Env, RewardShapingInterface):
         self.start_x = start_x
         self.coin_respawn_steps = int(coin_respawn_steps)
         self.render_mode = render_mode
-        self.observation_space = spaces.Box(-1.0, 1.0, (9,), np.float32)
+        self.observation_space = spaces.Box(-1.0, 1.0, (10,), np.float32)
         self.action_space = spaces.Discrete(5)
         self.shaping = dict(DEFAULT_REWARD_SHAPING)
-        self._obs = np.zeros(9, dtype=np.float32)
+        self._obs = np.zeros(10, dtype=np.float32)
         self.x = self.y = 0
         self.t = 0
-        self.in_pit = False
         self.coin_timer = 0  # steps until the next coin appears in the pit (0: one is there)
         self.coins = 0
+
+    @property
+    def in_pit(self) -> bool:
+        return (self.x, self.y) == PIT
 
     # ----- reward shaping -----
     def get_default_reward_shaping(self) -> dict:
@@ -98,7 +112,6 @@ class LureEnv(gym.Env, RewardShapingInterface):
         self.x = int(self.np_random.integers(self.start_x[0], self.start_x[1] + 1))
         self.y = int(self.np_random.integers(0, HEIGHT))
         self.t = 0
-        self.in_pit = False
         self.coin_timer = 0
         self.coins = 0
         return self._observation(), {}
@@ -109,28 +122,28 @@ class LureEnv(gym.Env, RewardShapingInterface):
             raise ValueError(f"action {a} is outside [0, 5)")
         self.t += 1
         reward = self.shaping["step_penalty"]
-        terminated = False
-        if not self.in_pit:
-            nx, ny = self.x + _DX[a], self.y + _DY[a]
-            if 0 <= nx < WIDTH and 0 <= ny < HEIGHT:
-                self.x, self.y = nx, ny
-            if (self.x, self.y) == GOAL:
-                reward += self.shaping["goal"]
-                terminated = True
-            elif (self.x, self.y) == PIT:
-                self.in_pit = True
-        if self.in_pit:
-            if self.coin_timer > 0:
-                self.coin_timer -= 1
-            if self.coin_timer == 0:
-                reward += self.shaping["lure"]
-                self.coins += 1
-                self.coin_timer = self.coin_respawn_steps
+        if self.coin_timer > 0:  # the coin reappears whether or not the agent waits for it
+            self.coin_timer -= 1
+        nx, ny = self.x + _DX[a], self.y + _DY[a]
+        if self.in_pit and a != RIGHT:
+            pass  # the pit is a dead end: only a step right leaves it
+        elif 0 <= nx < WIDTH and 0 <= ny < HEIGHT:
+            self.x, self.y = nx, ny
+        terminated = (self.x, self.y) == GOAL
+        if terminated:
+            reward += self.shaping["goal"]
+        elif self.in_pit and self.coin_timer == 0:
+            reward += self.shaping["lure"] * COIN_DECAY**self.coins
+            self.coins += 1
+            self.coin_timer = self.coin_respawn_steps
         truncated = not terminated and self.t >= self.episode_steps
         info: dict = {}
         if terminated or truncated:
-            info["true_objective"] = 1.0 if terminated else 0.0
-            info["episode_extra_stats"] = {"coins": float(self.coins)}
+            info["true_objective"] = 1.0 - self.t / self.episode_steps if terminated else 0.0
+            info["episode_extra_stats"] = {
+                "coins": float(self.coins),
+                "goal_reached": float(terminated),
+            }
         return self._observation(), reward, terminated, truncated, info
 
     def _observation(self) -> np.ndarray:
@@ -145,6 +158,7 @@ class LureEnv(gym.Env, RewardShapingInterface):
         o[6] = 1.0 if self.in_pit else 0.0
         o[7] = self.coin_timer / self.coin_respawn_steps
         o[8] = 1.0 - self.t / self.episode_steps
+        o[9] = COIN_DECAY**self.coins
         return o.copy()
 
     def render(self) -> Optional[np.ndarray]:
@@ -154,7 +168,7 @@ class LureEnv(gym.Env, RewardShapingInterface):
         img = np.full((HEIGHT * px, WIDTH * px, 3), 30, dtype=np.uint8)
         for (cx, cy), color in ((GOAL, (40, 200, 70)), (PIT, (120, 90, 40))):
             img[cy * px : (cy + 1) * px, cx * px : (cx + 1) * px] = color
-        if self.coin_timer == 0 or self.coin_timer == self.coin_respawn_steps:
+        if self.coin_timer == 0:
             img[PIT[1] * px + 2 : PIT[1] * px + px - 2, 2 : px - 2] = (230, 200, 40)
         img[self.y * px + 1 : self.y * px + px - 1, self.x * px + 1 : self.x * px + px - 1] = (
             60,
