@@ -87,12 +87,20 @@ class Learner:
         self.last_save = time.monotonic()
         self.stats: dict[str, float] = {}
         self.copied_at: Optional[float] = None  # wall time of the last PBT weight copy
-        self.copy_timing: Optional[tuple[float, float]] = None  # (copied, first trained) times
+        self.fresh_at: Optional[float] = None  # first trajectory from the copied weights came
+        # (copied, first fresh trajectory, first trained) wall times, for the runner's log
+        self.copy_timing: Optional[tuple[float, float, float]] = None
 
     # --- data in --------------------------------------------------------------------------
     def add(self, slots: list[int]) -> None:
         self.buffers.transfer(slots, QUEUED, LEARNER)
         self.pending.extend(slots)
+        if self.copied_at is not None and self.fresh_at is None and slots:
+            idx = torch.as_tensor(slots, dtype=torch.long)
+            own = self.buffers.policy_id.index_select(0, idx) == self.policy_id
+            lag = self.version - self.buffers.policy_version.index_select(0, idx)
+            if bool((own & (lag <= self.cfg.max_policy_lag)).any()):
+                self.fresh_at = time.time()
 
     def ready(self) -> bool:
         return len(self.pending) >= self.traj_per_iteration
@@ -151,8 +159,9 @@ class Learner:
         self.env_steps += int(own.sum()) * cfg.env_frameskip
         if self.copied_at is not None and bool(mask.any()):
             # the first update on experience produced by the copied weights
-            self.copy_timing = (self.copied_at, time.time())
-            self.copied_at = None
+            now = time.time()
+            self.copy_timing = (self.copied_at, self.fresh_at or now, now)
+            self.copied_at = self.fresh_at = None
 
         if cfg.normalize_input:
             model.update_normalizers(obs, mask)
@@ -298,6 +307,7 @@ class Learner:
             self.optimizer.state[p]["step"] = torch.tensor(step)
         self.version += self.cfg.max_policy_lag + 1
         self.copied_at = time.time()
+        self.fresh_at = None
 
     # --- checkpoints ------------------------------------------------------------------------
     def checkpoint_folder(self) -> str:

@@ -137,10 +137,15 @@ class LearnerHost:
                 learner.train_if_ready()
                 self.report(p)
                 if learner.copy_timing is not None:
-                    copied, trained = learner.copy_timing
+                    copied, fresh, first = learner.copy_timing
                     learner.copy_timing = None
                     self.report_queue.put(
-                        LearnerEvent(p, "copy_trained", "", {"copied": copied, "trained": trained})
+                        LearnerEvent(
+                            p,
+                            "copy_trained",
+                            "",
+                            {"copied": copied, "fresh": fresh, "trained": first},
+                        )
                     )
                 trained = True
             if learner.maybe_save():

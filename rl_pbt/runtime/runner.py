@@ -153,7 +153,9 @@ class Runner:
         self.last_snapshot_steps = [0] * cfg.num_policies
         self.processes: list = []
         self.copy_decided_at: dict[int, float] = {}
-        self.copy_latencies: list[tuple[float, float]] = []
+        # per replacement: seconds from the decision to the weights copied, to the first
+        # trajectory from the copied weights, to the first update on it
+        self.copy_latencies: list[tuple[float, float, float]] = []
         self.start_time = time.time()
 
     # --- factories (picklable partials, so spawn works too) --------------------------------
@@ -472,12 +474,14 @@ class Runner:
                 if msg.kind == "copy_trained" and msg.policy_id in self.copy_decided_at:
                     decided = self.copy_decided_at.pop(msg.policy_id)
                     # wall clocks of two processes: never print a negative delay
-                    copied = max(0.0, msg.data["copied"] - decided)
-                    trained = max(0.0, msg.data["trained"] - decided)
-                    self.copy_latencies.append((copied, trained))
+                    copied, fresh, trained = (
+                        max(0.0, msg.data[k] - decided) for k in ("copied", "fresh", "trained")
+                    )
+                    self.copy_latencies.append((copied, fresh, trained))
                     log(
                         f"PBT p{msg.policy_id}: weights copied {copied:.3f} s after the decision, "
-                        f"first update on them {trained:.3f} s after"
+                        f"first experience from them {fresh:.3f} s, first update on it "
+                        f"{trained:.3f} s"
                     )
 
     def _pbt_step(self) -> None:
@@ -536,7 +540,8 @@ class Runner:
 
         summary = self.stats.summary(self.env_steps)
         summary["pbt_copy_latency_s"] = [
-            {"weights_copied": c, "first_update": t} for c, t in self.copy_latencies
+            {"weights_copied": c, "first_experience": f, "first_update": t}
+            for c, f, t in self.copy_latencies
         ]
         atomic_write_json(os.path.join(self.exp_dir, "summary.json"), summary)
         if self.pbt is not None:

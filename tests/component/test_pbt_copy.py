@@ -98,4 +98,7 @@ def test_copy_then_own_hparams(tmp_path):
     trained = [
         m for m in drain(runner.report_queue) if isinstance(m, LearnerEvent) and m.policy_id == 1
     ]
-    assert any(e.kind == "copy_trained" for e in trained)
+    timing = [e.data for e in trained if e.kind == "copy_trained"]
+    assert len(timing) == 1
+    # copied, then the first trajectory from the copied weights, then the first update on it
+    assert timing[0]["copied"] <= timing[0]["fresh"] <= timing[0]["trained"]
