@@ -23,7 +23,8 @@ ARENA_FLAGS = [
         "arena_episode_steps",
         int,
         DEFAULT_EPISODE_STEPS,
-        "arena time limit in steps (then the side with more health left wins)",
+        "arena time limit in steps (the storm's schedule scales with it; at the limit the "
+        "side with more health left wins)",
         positive,
         group="env",
     ),
@@ -33,7 +34,8 @@ ARENA_DEFAULTS: dict[str, Any] = {
     "rollout": 32,
     "encoder_mlp_layers": [128, 128],
     "num_envs_per_worker": 16,
-    # measured: 2 self-play policies beat a random player ~80-90% after ~300k frames each
+    # measured before the storm: 2 self-play policies beat a random player ~80-90% after
+    # ~300k frames each; with it, they won 200 of 200 games after 1.2M frames each (4 seeds)
     "batch_size": 512,
     "num_epochs": 2,
     "learning_rate": 5e-4,

@@ -27,6 +27,8 @@ from envs.arena.game import (
     _PILLAR_CELLS,
     _RAY_FEATURES,
     _RAYS,
+    _ZONE_DIST,
+    _ZONE_FEAT,
     AMMO_PICKUP_AMOUNT,
     AMMO_PICKUPS,
     DEFAULT_EPISODE_STEPS,
@@ -42,6 +44,7 @@ from envs.arena.game import (
     EV_PROXIMITY,
     EV_SHOT_FIRED,
     EV_WIN,
+    EV_ZONE_DAMAGE,
     EVENT_INDEX,
     EVENTS,
     FACE_N,
@@ -60,6 +63,7 @@ from envs.arena.game import (
     START_AMMO,
     WIDTH,
     ObsLayout,
+    zone_schedule,
 )
 from rl_pbt.envs.interfaces import BatchedMultiAgentEnv
 
@@ -141,6 +145,15 @@ _CELL_FACING[: _NUM_CELLS * 4] = [
 ]
 
 
+# [spot]: Chebyshev distance from the storm's centre (-1 off the floor: never outside) and its
+# observed feature (0 off the floor)
+_ZONE_DIST_FLAT = np.full(_SPOTS, -1, dtype=np.int64)
+_ZONE_DIST_FLAT[:_NUM_CELLS] = _ZONE_DIST
+_ZONE_DIST_FEAT = np.zeros(_SPOTS, dtype=np.float32)
+_ZONE_DIST_FEAT[:_NUM_CELLS] = [_ZONE_FEAT[d] for d in _ZONE_DIST]
+_ZONE_RADIUS_FEAT = np.array(_ZONE_FEAT, dtype=np.float32)
+
+
 def _own_status(health: int, ammo: int, cooldown: int) -> tuple[float, ...]:
     """Own health, ammo, cooldown and can-shoot features; zeros for health 0 (eliminated)."""
     if health <= 0:
@@ -201,7 +214,9 @@ class ArenaBatch(BatchedMultiAgentEnv):
     State (copy k, agent i, pickup p): `t[k]`, `cell[k, i]` (y * WIDTH + x; NO_AGENT once
     eliminated), `facing`, `health` (0 once eliminated), `ammo`, `cooldown`, `alive`,
     `pickup_cell[k, p]` (NO_PICKUP while it waits to respawn), `pickup_timer[k, p]`, and
-    `events[k, i, e]`: the event counts of the last step, as `ArenaGame.events`.
+    `events[k, i, e]`: the event counts of the last step, as `ArenaGame.events`. The storm
+    depends on t alone (`zone_schedule`): a tick is one vectorised comparison of every agent's
+    distance from the centre with its copy's radius.
     """
 
     def __init__(
@@ -221,7 +236,7 @@ class ArenaBatch(BatchedMultiAgentEnv):
             raise ValueError(f"expected {num_envs} seeds, got {len(seeds)}")
         self.num_envs = K = int(num_envs)
         self.num_agents = n = num_agents
-        self.episode_steps = int(episode_steps)
+        self.episode_steps = episode_steps  # and the storm's schedule
         self.layout = ObsLayout(n)
         self.observation_space = spaces.Box(-1.0, 1.0, (self.layout.size,), np.float32)
         self.action_space = spaces.Discrete(NUM_ACTIONS)
@@ -259,6 +274,20 @@ class ArenaBatch(BatchedMultiAgentEnv):
         # False until a step has checked every copy for a beaten team: from then on, every
         # copy starts each step with both teams standing (a beaten one has started anew)
         self._teams_standing = False
+
+    @property
+    def episode_steps(self) -> int:
+        return self._episode_steps
+
+    @episode_steps.setter
+    def episode_steps(self, steps: int) -> None:
+        # the storm by t, as tables (t is clipped to episode_steps where they are read: it
+        # passes the limit only before a first reset)
+        self._episode_steps = int(steps)
+        radius, damage = zone_schedule(self._episode_steps)
+        self._zone_radius = np.array(radius, dtype=np.int64)
+        self._zone_damage = np.array(damage, dtype=bool)
+        self._zone_ticks = bool(self._zone_damage.any())
 
     # ----- reward shaping -----
     def get_default_reward_shaping(self) -> dict:
@@ -407,6 +436,13 @@ class ArenaBatch(BatchedMultiAgentEnv):
         fire &= self.cooldown == 0
         fire &= self.ammo > 0
         eliminations = np.count_nonzero(fire) and self._shoot(fire, enemy_pair, ev)
+
+        # 3b. the storm, after the shots (the copies of one batch mostly tick together)
+        if self._zone_ticks:
+            tz = np.minimum(self.t, self.episode_steps)
+            tick = self._zone_damage[tz]
+            if np.count_nonzero(tick):
+                eliminations = self._storm(tick, self._zone_radius[tz], ev) or eliminations
         if eliminations:
             enemy_pair = self._enemy_pairs()
 
@@ -552,6 +588,23 @@ class ArenaBatch(BatchedMultiAgentEnv):
         ev[:, :, EV_KILL] = hit & died[self._rows[:, None], target]
         return True
 
+    def _storm(self, tick: np.ndarray, radius: np.ndarray, ev: np.ndarray) -> bool:
+        """1 health off every living agent outside the safe zone in the `tick` copies (K,),
+        whose zone radii are `radius` (K,). True if somebody was eliminated."""
+        hurt = _ZONE_DIST_FLAT.take(self.cell) > radius[:, None]  # the eliminated: never
+        hurt &= tick[:, None]
+        if not np.count_nonzero(hurt):
+            return False
+        self.health -= hurt
+        ev[:, :, EV_ZONE_DAMAGE] = hurt
+        died = hurt & (self.health <= 0)
+        if not np.count_nonzero(died):
+            return False
+        self.alive &= ~died
+        self.cell[died] = NO_AGENT
+        ev[:, :, EV_DEATH] += died
+        return True
+
     # ----- observations -----
     def _observations(self, rows: Union[slice, np.ndarray] = slice(None)) -> np.ndarray:
         """Observations of the copies `rows` (all by default), float32 (len(rows), n, D).
@@ -590,12 +643,19 @@ class ArenaBatch(BatchedMultiAgentEnv):
             nearest_dist = np.minimum(nearest_dist, dist[..., q])
         pickup_features = _PICKUP_FEAT.take(nearest, axis=0).reshape(K, n, 6)
         obs[:, :, L.health_pickup : L.rays] = pickup_features
-        # fraction of the episode left
-        time_left = (1.0 - self.t[rows] / self.episode_steps)[:, None]
+        # fraction of the episode left, and the storm
+        t = self.t[rows]
+        time_left = (1.0 - t / self.episode_steps)[:, None]
+        radius = self._zone_radius[np.minimum(t, self.episode_steps)][:, None]
+        radius_feat = _ZONE_RADIUS_FEAT[radius]
         alive = self.alive[rows]
         if np.count_nonzero(alive) < alive.size:
             time_left = np.where(alive, time_left, 0.0)
+            radius_feat = np.where(alive, radius_feat, 0.0)
         obs[:, :, L.time_left] = time_left
+        obs[:, :, L.zone_radius] = radius_feat
+        obs[:, :, L.zone_distance] = _ZONE_DIST_FEAT.take(cell)
+        obs[:, :, L.zone_outside] = _ZONE_DIST_FLAT.take(cell) > radius
         return obs
 
     def close(self) -> None:

@@ -9,9 +9,20 @@ that way), 5-8 face N/E/S/W in place, 9 shoot. A shot hits the nearest enemy str
 within `SHOT_RANGE` cells, unless a pillar is in between; teammates are not hit. Moves are
 resolved one player at a time (the order alternates every step), then pickups, then all
 shots at once, so two players can eliminate each other in the same step. Health and ammo
-pickups respawn some steps after they are taken. A side wins when the other is eliminated,
-or at the time limit when its players have more health left in total; equal health at the
-time limit, or both sides falling together, is a draw.
+pickups respawn some steps after they are taken.
+
+The storm: a safe zone, the square of Chebyshev radius r around the floor's centre cell,
+covers the whole floor (r = ZONE_FULL_RADIUS) until ZONE_START_PCT % of the episode; then it
+shrinks one cell at a time, at evenly spaced steps, to r = ZONE_MIN_RADIUS at ZONE_END_PCT %
+and stays there (`zone_schedule`). Every ZONE_DAMAGE_EVERY steps after the shrinking began,
+each living player outside the zone loses 1 health, after the shots of that step; a player
+whose health reaches 0 this way is eliminated like one shot down (no one gets the kill). The
+storm ends stalemates: a player that waits far from the centre (a good answer to a hunter)
+must come in or die, and the two sides meet around the centre before the time limit.
+
+A side wins when the other is eliminated (shots or storm), or at the time limit when its
+players have more health left in total; equal health at the time limit, or both sides falling
+together, is a draw.
 
 Episode end: every agent gets `terminated` (elimination) or `truncated` (time limit) at the
 same step, every info has `true_objective` (1 win, 0.5 draw, 0 loss, by team), and the
@@ -20,8 +31,9 @@ returned observations are the first of the next episode. An agent eliminated ear
 its team plays on; on the final step every agent is active again, so the eliminated agent
 also receives its team's win/loss reward.
 
-Calibration: a plain PPO learner (MLP 128x128, default shaping) against a uniformly random
-player wins over 99% of duels after about 120k of its own steps.
+Calibration (measured before the storm was added): a plain PPO learner (MLP 128x128, default
+shaping) against a uniformly random player won over 99% of duels after about 120k of its own
+steps.
 """
 
 from __future__ import annotations
@@ -47,6 +59,14 @@ HEALTH_PICKUP_AMOUNT = 2
 AMMO_PICKUP_AMOUNT = 5
 PICKUP_RESPAWN_STEPS = 15
 DEFAULT_EPISODE_STEPS = 300
+# the storm (see the module docstring): percentages of the episode, so that short test
+# episodes get the whole schedule too
+ZONE_CENTER_X, ZONE_CENTER_Y = WIDTH // 2, HEIGHT // 2  # the centre pillar's cell
+ZONE_FULL_RADIUS = max(WIDTH // 2, HEIGHT // 2)  # the whole floor
+ZONE_MIN_RADIUS = 1  # the 8 cells around the centre pillar: the sides must meet there
+ZONE_START_PCT = 40
+ZONE_END_PCT = 80
+ZONE_DAMAGE_EVERY = 5  # a player caught outside for good falls in 4 ticks (MAX_HEALTH)
 
 # Directions: 0 N, 1 E, 2 S, 3 W (y grows downwards).
 DIR_DX = (0, 1, 0, -1)
@@ -65,6 +85,7 @@ EVENTS = (
     "pickup",
     "proximity",
     "shot_fired",
+    "zone_damage",
 )
 EVENT_INDEX = {name: k for k, name in enumerate(EVENTS)}
 (
@@ -77,12 +98,16 @@ EVENT_INDEX = {name: k for k, name in enumerate(EVENTS)}
     EV_PICKUP,
     EV_PROXIMITY,
     EV_SHOT_FIRED,
+    EV_ZONE_DAMAGE,
 ) = range(len(EVENTS))
 
 # Shaped reward of an agent for one step = sum over events of coefficient * count.
 # "win"/"loss": once, at the end of an episode (by team); "kill"/"death": eliminations;
 # "damage_*": health points; "pickup": items taken; "proximity": 1 for every step that ends
-# with a living enemy within SHOT_RANGE (Manhattan); "shot_fired": shots actually fired.
+# with a living enemy within SHOT_RANGE (Manhattan); "shot_fired": shots actually fired;
+# "zone_damage": health lost to the storm. Storm damage is its own key, not "damage_taken":
+# it needs no opponent (so damage_taken keeps equal to the enemies' damage_dealt) and PBT can
+# weigh "stay inside" apart from "do not get shot".
 DEFAULT_REWARD_SHAPING = {
     "win": 1.0,
     "loss": -1.0,
@@ -93,6 +118,7 @@ DEFAULT_REWARD_SHAPING = {
     "pickup": 0.05,
     "proximity": 0.002,
     "shot_fired": -0.01,
+    "zone_damage": -0.1,
 }
 
 
@@ -106,6 +132,9 @@ class ObsLayout:
     (same row or column, clear line, within range); an eliminated agent's block is zeros.
     Then the nearest available health pickup and ammo pickup: dx, dy, available.
     Then free cells ahead in each direction N, E, S, W. Then the fraction of the episode left.
+    Then the storm: the safe zone's radius and the agent's own Chebyshev distance from the
+    centre, both divided by ZONE_FULL_RADIUS, and outside (1 if that distance exceeds the
+    radius: the next storm tick would cost 1 health unless the agent moves in or it shrinks).
     Positions, offsets and free cells along x are divided by WIDTH - 1, along y by HEIGHT - 1.
     An eliminated agent observes all zeros.
     """
@@ -129,7 +158,10 @@ class ObsLayout:
         self.ammo_pickup = self.health_pickup + 3
         self.rays = self.ammo_pickup + 3
         self.time_left = self.rays + 4
-        self.size = self.time_left + 1
+        self.zone_radius = self.time_left + 1
+        self.zone_distance = self.zone_radius + 1
+        self.zone_outside = self.zone_distance + 1
+        self.size = self.zone_outside + 1
 
     def other(self, k: int) -> int:
         """Start of the block of the k-th other agent (teammates first)."""
@@ -166,6 +198,37 @@ _ONE_HOT = tuple(tuple(1.0 if k == d else 0.0 for k in range(4)) for d in range(
 _ZERO_OTHER = (0.0,) * ObsLayout.OTHER_SIZE
 _PILLAR_CELLS = frozenset(y * WIDTH + x for x, y in PILLARS)
 _FREE_CELLS = tuple(c for c in range(WIDTH * HEIGHT) if c not in _PILLAR_CELLS)
+
+
+# [cell]: Chebyshev distance from the zone's centre; [r]: a radius or distance as observed
+_ZONE_DIST = tuple(
+    max(abs(c % WIDTH - ZONE_CENTER_X), abs(c // WIDTH - ZONE_CENTER_Y))
+    for c in range(WIDTH * HEIGHT)
+)
+_ZONE_FEAT = tuple(r / ZONE_FULL_RADIUS for r in range(ZONE_FULL_RADIUS + 1))
+
+
+def zone_schedule(episode_steps: int) -> tuple[list[int], list[bool]]:
+    """The storm over an episode: radius[t] and damage[t] (a storm tick) for t in
+    0..episode_steps, t counting the steps taken (the state after step t).
+
+    Radius ZONE_FULL_RADIUS until the start (ZONE_START_PCT % of the episode); from there one
+    cell less at evenly spaced steps, ZONE_MIN_RADIUS from the end (ZONE_END_PCT %) on. A tick
+    every ZONE_DAMAGE_EVERY steps after the start, so the first comes a few steps after the
+    first shrink: the players see it coming.
+    """
+    start = episode_steps * ZONE_START_PCT // 100
+    span = max(1, episode_steps * ZONE_END_PCT // 100 - start)
+    shrinks = ZONE_FULL_RADIUS - ZONE_MIN_RADIUS  # the first comes at the start
+    radius, damage = [], []
+    for t in range(episode_steps + 1):
+        if t < start:
+            radius.append(ZONE_FULL_RADIUS)
+        else:
+            done = 1 + (shrinks - 1) * (t - start) // span
+            radius.append(max(ZONE_MIN_RADIUS, ZONE_FULL_RADIUS - done))
+        damage.append(t > start and (t - start) % ZONE_DAMAGE_EVERY == 0)
+    return radius, damage
 
 
 def _direction_to(dx: int, dy: int) -> int:
@@ -237,6 +300,16 @@ class ArenaGame(RewardShapingInterface):
         self._hits = [0] * n  # damage received in the current step (all zero between steps)
         self._shot_target = [-1] * n  # whom each player hit in the current step
         self._background: Optional[np.ndarray] = None
+
+    @property
+    def episode_steps(self) -> int:
+        return self._episode_steps
+
+    @episode_steps.setter
+    def episode_steps(self, steps: int) -> None:
+        # the storm's schedule follows the time limit (tests set it after construction)
+        self._episode_steps = int(steps)
+        self._zone_radius, self._zone_damage = zone_schedule(self._episode_steps)
 
     # ----- reward shaping -----
     def get_default_reward_shaping(self) -> dict:
@@ -391,6 +464,18 @@ class ArenaGame(RewardShapingInterface):
             for i in range(n):
                 shot_target[i] = -1
 
+        # 3b. the storm, after the shots: a player shot down this step is not hit again
+        tz = min(self.t, self.episode_steps)  # (t only passes the limit before a first reset)
+        if self._zone_damage[tz]:
+            radius = self._zone_radius[tz]
+            for i in range(n):
+                if alive[i] and _ZONE_DIST[y[i] * WIDTH + x[i]] > radius:
+                    self.health[i] -= 1
+                    ev[i, EV_ZONE_DAMAGE] += 1.0
+                    if self.health[i] <= 0:
+                        alive[i] = False
+                        ev[i, EV_DEATH] += 1.0
+
         # 4. timers
         for i in range(n):
             if self.cooldown[i] > 0:
@@ -447,6 +532,8 @@ class ArenaGame(RewardShapingInterface):
         inv_x, inv_y = 1.0 / (WIDTH - 1), 1.0 / (HEIGHT - 1)
         inv_dist = 1.0 / ((WIDTH - 1) + (HEIGHT - 1))
         frac_left = 1.0 - self.t / self.episode_steps
+        radius = self._zone_radius[min(self.t, self.episode_steps)]
+        radius_feat = _ZONE_FEAT[radius]
         # what every observer sees of agent j, computed once
         seen = [
             (health[j] / MAX_HEALTH,) + _ONE_HOT[facing[j]] if alive[j] else None
@@ -503,6 +590,8 @@ class ArenaGame(RewardShapingInterface):
                     row += (0.0, 0.0, 0.0)
             row += _RAY_FEATURES[cell]
             row.append(frac_left)
+            zd = _ZONE_DIST[cell]
+            row += (radius_feat, _ZONE_FEAT[zd], 1.0 if zd > radius else 0.0)
         return list(np.array(row, dtype=np.float32).reshape(self.num_agents, -1))
 
     # ----- rendering -----
@@ -518,6 +607,13 @@ class ArenaGame(RewardShapingInterface):
                 img[(cy + 1) * px : (cy + 2) * px, (cx + 1) * px : (cx + 2) * px] = (110, 110, 110)
             self._background = img
         img = self._background.copy()
+        radius = self._zone_radius[min(self.t, self.episode_steps)]
+        if radius < ZONE_FULL_RADIUS:
+            # the storm: tint the floor outside the safe zone (pillars stay grey)
+            storm = np.zeros((HEIGHT + 2, WIDTH + 2), dtype=bool)
+            for c in _FREE_CELLS:
+                storm[c // WIDTH + 1, c % WIDTH + 1] = _ZONE_DIST[c] > radius
+            img[np.repeat(np.repeat(storm, px, axis=0), px, axis=1)] = (70, 25, 60)
         for p, c in enumerate(self.pickup_cell):
             if c < 0:
                 continue

@@ -8,7 +8,16 @@ import numpy as np
 import pytest
 
 from envs.arena import ARENA_PLAYERS, make_arena
-from envs.arena.game import DEFAULT_REWARD_SHAPING, EVENT_INDEX, EVENTS, ArenaGame
+from envs.arena.game import (
+    DEFAULT_REWARD_SHAPING,
+    EVENT_INDEX,
+    EVENTS,
+    ZONE_DAMAGE_EVERY,
+    ZONE_FULL_RADIUS,
+    ZONE_MIN_RADIUS,
+    ArenaGame,
+    zone_schedule,
+)
 from envs.arena.scripted import ChaserPlayer, RandomPlayer, play_match
 from rl_pbt.envs.interfaces import RewardShapingInterface, is_multiagent_env
 from rl_pbt.envs.registry import env_default_overrides, make_env
@@ -181,7 +190,8 @@ def test_duel_agents_are_always_active():
 
 
 def _recorded_actions(name: str, steps: int, seed: int) -> list[list[int]]:
-    """Actions of a chaser team against random players: rich in every kind of event."""
+    """Actions of a chaser team against random players: rich in every kind of event. In every
+    other episode both teams play at random, so that it lasts into the storm."""
     env = _env(name)
     n = env.num_agents
     players = [
@@ -191,13 +201,16 @@ def _recorded_actions(name: str, steps: int, seed: int) -> list[list[int]]:
     noise = np.random.default_rng(seed)
     obs, _ = env.reset(seed=seed)
     actions = []
+    episode = 0
     for _ in range(steps):
+        chance = 1.0 if episode % 2 else 0.3
         acts = [
-            int(noise.integers(10)) if noise.random() < 0.3 else p.act(o)
+            int(noise.integers(10)) if noise.random() < chance else p.act(o)
             for p, o in zip(players, obs)
         ]
         actions.append(acts)
-        obs, *_ = env.step(acts)
+        obs, _, term, trunc, _ = env.step(acts)
+        episode += term[0] or trunc[0]
     return actions
 
 
@@ -234,7 +247,12 @@ def test_default_shaping_is_the_sum_of_weighted_events(replay):
     totals = events.sum(axis=(0, 1))
     # independent cross-checks of the event counts
     assert totals[EVENT_INDEX["damage_dealt"]] == totals[EVENT_INDEX["damage_taken"]]
-    assert totals[EVENT_INDEX["kill"]] >= totals[EVENT_INDEX["death"]]
+    # a death in the same step as storm damage is the storm's (no one gets the kill); every
+    # other death has at least one killer (two shooters can share one)
+    deaths = events[:, :, EVENT_INDEX["death"]]
+    storm_deaths = (deaths * events[:, :, EVENT_INDEX["zone_damage"]]).sum()
+    assert storm_deaths > 0
+    assert totals[EVENT_INDEX["kill"]] >= totals[EVENT_INDEX["death"]] - storm_deaths
     assert totals[EVENT_INDEX["shot_fired"]] >= totals[EVENT_INDEX["damage_dealt"]]
     objectives = np.array(objectives)
     assert totals[EVENT_INDEX["win"]] == (objectives == 1.0).sum()
@@ -324,3 +342,128 @@ def test_registered_and_configurable():
     assert np.array_equal(first, np.stack(again.reset()[0]))
     assert not np.array_equal(first, np.stack(other.reset()[0]))
     pickle.dumps(make_arena)  # factories must reach spawned processes
+
+
+# ----- the storm (shrinking safe zone) -----
+
+
+def _storm_duel(cells, health=(4, 4), t=0, episode_steps=300) -> ArenaGame:
+    """A duel with the players on `cells` ((x, y) each, facing away from each other so no
+    shot can hit), the given health, at step t, and no pickups (none respawns either)."""
+    env = _env("arena_duel", episode_steps=episode_steps)
+    env.reset(seed=0)
+    for c in env.pickup_cell:
+        if c >= 0:
+            env._pickup_at[c] = -1
+    env.pickup_cell[:] = [-1] * len(env.pickup_cell)
+    for i, (x, y) in enumerate(cells):
+        env.x[i], env.y[i] = x, y
+        env.health[i] = health[i]
+    env.facing[:] = [0, 2]  # N and S: on different cells nobody is in anybody's sights
+    env.t = t
+    return env
+
+
+def test_zone_schedule():
+    radius, damage = zone_schedule(300)
+    assert len(radius) == len(damage) == 301
+    assert radius[:120] == [ZONE_FULL_RADIUS] * 120  # the whole floor until 40%
+    assert [radius[t] for t in (120, 159, 160, 199, 200, 239, 240, 300)] == [4, 4, 3, 3, 2, 2, 1, 1]
+    assert all(a >= b for a, b in zip(radius, radius[1:]))
+    ticks = [t for t in range(301) if damage[t]]
+    assert ticks == list(range(120 + ZONE_DAMAGE_EVERY, 301, ZONE_DAMAGE_EVERY))
+    assert ZONE_FULL_RADIUS == 5 and ZONE_MIN_RADIUS == 1
+    # every episode length gets the whole schedule; very short ones never tick
+    for steps in (5, 40, 60, 77, 1000):
+        radius, damage = zone_schedule(steps)
+        assert radius[0] == ZONE_FULL_RADIUS and radius[steps] == ZONE_MIN_RADIUS
+        assert all(a >= b for a, b in zip(radius, radius[1:]))
+    assert not any(zone_schedule(5)[1])
+
+
+def test_outside_the_zone_loses_health_on_schedule_inside_does_not():
+    # player 0 in a corner (distance 5), player 1 next to the centre pillar (distance 1)
+    env = _storm_duel([(0, 0), (5, 4)], t=120)
+    lay = env.layout
+    health0 = []
+    for _ in range(30):
+        obs, rew, term, trunc, _ = env.step([0, 0])
+        assert not (term[0] or trunc[0])
+        health0.append(env.health[0])
+        assert env.health[1] == 4, "inside the zone: no damage"
+        tick = env.t % ZONE_DAMAGE_EVERY == 0
+        assert env.events[0, EVENT_INDEX["zone_damage"]] == (1.0 if tick else 0.0)
+        assert not env.events[1].any()
+        expected = DEFAULT_REWARD_SHAPING["zone_damage"] if tick else 0.0
+        assert rew[0] == pytest.approx(expected) and rew[1] == 0.0
+        if env.t < 125:
+            assert env.health[0] == 4
+        # observation: the zone's radius, the own distance from the centre, outside
+        radius = env._zone_radius[env.t]
+        zone = lay.zone_radius
+        np.testing.assert_allclose(obs[0][zone : zone + 3], [radius / 5, 1.0, 1.0], rtol=1e-6)
+        np.testing.assert_allclose(obs[1][zone : zone + 3], [radius / 5, 0.2, 0.0], rtol=1e-6)
+        if env.t == 135:
+            break
+    assert health0[-1] == 1 and env.t == 135  # ticks at 125, 130 and 135
+
+
+def test_zone_covers_the_whole_floor_before_it_shrinks():
+    env = _storm_duel([(0, 0), (10, 10)], t=0)
+    for _ in range(119):
+        obs, *_ = env.step([0, 0])
+        assert env.health == [4, 4]
+        assert obs[0][env.layout.zone_radius] == 1.0 and obs[0][env.layout.zone_outside] == 0.0
+
+
+@pytest.mark.parametrize(
+    "cells, health, expected",
+    [
+        ([(0, 0), (5, 6)], [1, 4], [0.0, 1.0]),  # the storm eliminates player 0: 1 wins
+        ([(5, 6), (10, 10)], [1, 1], [1.0, 0.0]),  # health does not protect the one outside
+        ([(0, 0), (10, 10)], [1, 1], [0.5, 0.5]),  # both fall together: a draw
+    ],
+)
+def test_zone_elimination_decides_the_game(cells, health, expected):
+    env = _storm_duel(cells, health=health, t=124)
+    _, rew, term, trunc, infos = env.step([0, 0])  # t = 125: the first storm tick
+    assert term == [True, True] and trunc == [False, False]
+    assert [info["true_objective"] for info in infos] == expected
+    ev = env.events  # the deciding step's events (the env has already reset)
+    assert not ev[:, EVENT_INDEX["kill"]].any(), "nobody gets the storm's kill"
+    coeff = DEFAULT_REWARD_SHAPING
+    for i in range(2):
+        outside = cells[i] != (5, 6)
+        assert ev[i, EVENT_INDEX["zone_damage"]] == float(outside)
+        assert ev[i, EVENT_INDEX["death"]] == float(outside)
+        result = {1.0: coeff["win"], 0.0: coeff["loss"], 0.5: 0.0}[expected[i]]
+        shaped = (coeff["zone_damage"] + coeff["death"]) if outside else 0.0
+        assert rew[i] == pytest.approx(result + shaped)
+
+
+def test_shot_down_player_is_not_hit_by_the_storm_too():
+    # player 1 faces player 0 along row 0 (distance 3) and shoots him down at a storm tick
+    env = _storm_duel([(0, 0), (3, 0)], health=[1, 4], t=124)
+    env.facing[:] = [0, 3]
+    _, _, term, _, infos = env.step([0, 9])
+    assert term[0] and [info["true_objective"] for info in infos] == [0.0, 1.0]
+    ev = env.events
+    assert ev[0, EVENT_INDEX["death"]] == 1.0 and ev[1, EVENT_INDEX["kill"]] == 1.0
+    assert ev[0, EVENT_INDEX["zone_damage"]] == 0.0 and ev[1, EVENT_INDEX["zone_damage"]] == 1.0
+
+
+def test_render_shows_the_storm():
+    env = make_arena("arena_duel", None, {"env_id": 0}, render_mode="rgb_array")
+    env.reset(seed=0)
+    for c in env.pickup_cell:
+        env._pickup_at[c] = -1
+    env.pickup_cell[:] = [-1] * len(env.pickup_cell)
+    env.x[:], env.y[:] = [4, 6], [5, 5]
+    px = env.CELL_PX
+    corner = (slice(px, 2 * px), slice(px, 2 * px))  # cell (0, 0)
+    calm = env.render()[corner].copy()
+    env.t = 200  # radius 2
+    stormy = env.render()
+    assert not np.array_equal(stormy[corner], calm)
+    centre = (slice(5 * px, 6 * px), slice(6 * px, 7 * px))  # cell (5, 4): inside
+    assert np.array_equal(stormy[centre], env._background[centre])

@@ -1,10 +1,11 @@
 """Self-play learns: after a short 2-policy run on the arena, each member beats a uniformly
-random player in at least 80% of 200 games (scored by launch/match: win 1, draw 0.5)."""
+random player: the issue's bar is at least 80% strict wins (a draw is not a win) over 200
+games, played as launch/match's cross_play plays a pairing (half the games on each side)."""
 
 import numpy as np
 import pytest
 
-from launch.match import cross_play, make_player
+from launch.match import make_player, play
 from rl_pbt import parse_cfg, train
 from rl_pbt.envs.registry import make_env
 from rl_pbt.envs.wrappers import as_multiagent
@@ -18,7 +19,11 @@ class Args:
         self.deterministic = False
 
 
-def selfplay_vs_random(tmp_path, steps: int) -> np.ndarray:
+def selfplay_vs_random(
+    tmp_path, steps: int, seed: int = 1, games: int = 200
+) -> tuple[np.ndarray, np.ndarray]:
+    """Train 2 self-play policies for `steps` frames each; return each member's fraction of
+    strict wins and its score (win 1, draw 0.5, loss 0) over `games` games against random."""
     import envs  # noqa: F401
 
     cfg = parse_cfg(
@@ -28,7 +33,7 @@ def selfplay_vs_random(tmp_path, steps: int) -> np.ndarray:
             f"--train_for_env_steps={steps}",
             f"--train_dir={tmp_path}",
             "--experiment=sp",
-            "--seed=1",
+            f"--seed={seed}",
             "--status_interval=30",
         ]
     )
@@ -39,25 +44,37 @@ def selfplay_vs_random(tmp_path, steps: int) -> np.ndarray:
     args = Args(tmp_path)
     names = ["p0", "p1", "random"]
     factories = {n: make_player(n, env, args, seed=k) for k, n in enumerate(names)}
-    table, _ = cross_play(env, names, factories, games=200, max_steps=2_000_000)
-    return table[:2, 2]
+    wins, scores = [], []
+    for member in names[:2]:
+        # cross_play's pairing: half the games on each side, scores from the member's side
+        a, b = factories[member], factories["random"]
+        first = play(env, [a()], [b()], games // 2, 2_000_000)
+        second = play(env, [b()], [a()], games - games // 2, 2_000_000)
+        member_scores = np.array(first + [1.0 - s for s in second])
+        assert len(member_scores) == games
+        wins.append(float(np.mean(member_scores == 1.0)))
+        scores.append(float(np.mean(member_scores)))
+    return np.array(wins), np.array(scores)
 
 
 def test_selfplay_learns_to_beat_random(tmp_path):
-    """CI-sized: both members beat a uniformly random player. Random against random scores
-    0.504 over 400 games (9% wins, 83% draws, 8% losses), so 0.55 over 200 games is three
-    standard errors above it. The trained members almost never lose to random; how often
-    they draw varies with the self-play run: a member that learned to camp (wait for its
-    opponent to walk into its line of fire, which beats a hunter) rarely meets a random
-    player. Over ten runs after 1.2M frames per member the scores were 0.73-1.0, except one
-    run where both members camped (0.575, 0.583). The issue's 0.8 bar is the slow test below."""
-    vs_random = selfplay_vs_random(tmp_path, 1_200_000)
-    print(f"scores vs random: {vs_random}")
-    assert np.all(vs_random >= 0.55), f"scores vs random: {vs_random}"
+    """CI-sized: both members WIN at least 80% of 200 games against a uniformly random player
+    (the issue's bar, strict wins). Random against random wins 43.8% of 400 games (5.8% draws,
+    50.5% losses; score 0.466): with the storm most games end by elimination, so this is a
+    real learning bar. Measured after 1.2M frames per member with seeds 1, 2, 3 and 4: all
+    eight members won 200 of 200 games (score 1.0), far above the bar. (Before the storm,
+    members that learned to camp far from the centre mostly drew against random: scores
+    0.575-1.0.)"""
+    wins, scores = selfplay_vs_random(tmp_path, 1_200_000)
+    print(f"vs random: wins {wins}, scores {scores}")
+    assert np.all(wins >= 0.8), f"wins vs random: {wins}, scores {scores}"
 
 
 @pytest.mark.slow
-def test_selfplay_beats_random_80_percent(tmp_path):
-    """The issue's bar: each member scores >= 0.8 against random over 200 games."""
-    vs_random = selfplay_vs_random(tmp_path, 1_200_000)
-    assert np.all(vs_random >= 0.8), f"scores vs random: {vs_random}"
+@pytest.mark.parametrize("seed", [2, 3, 4])
+def test_selfplay_beats_random_80_percent(tmp_path, seed):
+    """The issue's bar on other self-play seeds than CI's: each member WINS >= 80% of 200
+    games against random (draws do not count)."""
+    wins, scores = selfplay_vs_random(tmp_path, 1_200_000, seed=seed)
+    print(f"seed {seed} vs random: wins {wins}, scores {scores}")
+    assert np.all(wins >= 0.8), f"wins vs random: {wins}, scores {scores}"
