@@ -2,24 +2,22 @@
 
 A single-agent `gymnasium.Env` implementing `RewardShapingInterface`; registered by `envs.lure`.
 
-The agent starts near the left side of a 9x5 room. At the right end is the goal: stepping on
-it ends the episode, and the sooner the better: `true_objective` is `1 - t / episode_steps`
-when the goal is reached at step t (about 0.85 on a straight path), 0 when it is not reached
-in time. At the left end is a coin pit: a coin lies there and reappears a few steps after it
-is taken. The pit is a dead end (only a step right leaves it), so exploration that wanders
-in stays a while and soon learns what coins pay; the agent may leave at any time. The shaped
-reward pays `lure * COIN_DECAY**k` for the k-th coin of an episode (k = 0, 1, ...), so the
-shaped optimum is to farm a number of coins that grows with lure / goal, then walk to the goal.
-Every coin farmed costs 5 steps, 0.1 of objective: the objective falls smoothly as the lure
-weight rises, which gives PBT a gradient to follow.
+The agent starts anywhere in the room but the two end columns. At the right end is the
+goal: stepping on it ends the episode, and the sooner the better: `true_objective` is
+`1 - t / episode_steps` when the goal is reached at step t (about 0.9 on a straight path),
+0 when it is not reached in time. At the left end is a coin pit: a coin lies there and
+reappears a few steps after it is taken. The pit is a dead end (only a step right leaves
+it), so exploration that wanders in stays a while and soon learns what coins pay; the agent
+may leave at any time. The shaped reward pays `lure * COIN_DECAY**k` for the k-th coin of an
+episode (k = 0, 1, ...), so the shaped optimum is to farm a number of coins that grows with
+lure / goal, then walk to the goal. Every coin farmed costs 5 steps, 0.1 of objective.
 
-Shaped optimum (gamma 0.99; one more coin pays while lure * 0.8**k > ~0.047 goal), as
-lure/goal falls: 1.0 (the default) and 0.3 farm until time runs short (objective ~0.05);
-0.15 -> 5 coins (~0.35); 0.1 -> 3 (~0.55); 0.07 -> 2 (~0.65); below ~0.05 -> straight to the
-goal (~0.88). PPO learns the goal more readily than that optimum says (measured, 2 members x
-200k steps each, default learning values): lure 1.0 -> objective 0, 0.6 -> 0.005,
-0.45 -> 0.04, 0.38 -> 0.17, 0.3 -> 0.78. PBT's starting draws (each shaping weight moved by
-a factor of up to 2.25 either way) reach lure/goal below 0.3 for about 1 member in 20.
+What PPO learns moves smoothly with the lure weight, because where the agent starts decides
+which of goal and pit it finds first: the lower the lure, the more of the room walks to the
+goal. Measured (2 members x 200k steps each, default learning values, goal weight 1):
+lure 2.0 -> objective 0.01; 1.0 (the default) -> 0.02-0.09; 0.5 -> 0.23-0.33; 0.25 -> 0.81.
+PBT's starting draws (`--pbt_init_random`: each shaping weight moved by a factor of up to
+2.25 either way) put lure/goal below 0.3 for about 1 member in 30.
 """
 
 from __future__ import annotations
