@@ -109,6 +109,10 @@ class RolloutWorker:
         self.model_seq = np.full(cfg.num_policies, -1, dtype=np.int64)
         self.make_model = make_model
         self._seq_now = params.seq.numpy()  # shared write counters, read without a copy
+        self._version_now = params.version.numpy()  # shared learner versions, likewise
+        # per policy row: the newest learner version this worker has seen, seated or not; a
+        # jump of more than max_policy_lag past it is a PBT weight copy
+        self._noticed_version = np.zeros(cfg.num_policies, dtype=np.int64)
         self.snapshot_store: dict[str, int] = {}  # snapshot id -> row of the param store
         self.ratings = None  # EloRatings for Elo matchmaking (set by the runner)
         self.snapshot_models: dict[str, ActorCritic] = {}
@@ -238,15 +242,36 @@ class RolloutWorker:
         if seq != self.model_seq[row]:
             read_before = self.model_seq[row] >= 0
             version = self.params.read_into(row, model)
-            copied = read_before and version - self.model_version[row] > self.max_lag
+            copied = read_before and version - self._noticed_version[row] > self.max_lag
             if copied and self.prefer is not None:
                 # a PBT copy: its learner needs a batch from the new weights, soon
-                self.prefer(row, 2 * self.cfg.batch_size * self.cfg.num_batches_per_epoch)
+                self.prefer(row, self._prefer_steps)
             self.model_version[row] = version
+            self._noticed_version[row] = max(int(self._noticed_version[row]), version)
             self.model_seq[row] = seq
             if self.fused is not None:
                 self.fused.load(row, model)
         return model
+
+    @property
+    def _prefer_steps(self) -> int:
+        return 2 * self.cfg.batch_size * self.cfg.num_batches_per_epoch
+
+    def _notice_unseated_copies(self, seated_rows: np.ndarray) -> None:
+        """Tell the matchmaker of a PBT copy into a policy that no env of this worker plays
+        now. Its weights are read when it is next seated, but its learner is waiting for
+        experience from them: without this, policy focus could keep it unseated for many
+        seconds (measured: a first update 27 s after the decision)."""
+        if self.prefer is None:
+            return
+        unseated = self.model_seq >= 0  # read before: a version to compare with
+        unseated[seated_rows] = False
+        now = self._version_now[: self.num_policies]
+        jumped = unseated & (now - self._noticed_version > self.max_lag)
+        if jumped.any():
+            for p in np.flatnonzero(jumped).tolist():
+                self.prefer(p, self._prefer_steps)
+            self._noticed_version[jumped] = now[jumped]
 
     def _refresh_seated(self, rows: np.ndarray) -> None:
         """Reload (into the fused stacks too) the seated policies whose weights changed: one
@@ -334,6 +359,7 @@ class RolloutWorker:
         for i, seat in enumerate(self.seat):
             if self.fused is None or not trains[i]:
                 groups.setdefault(seat, []).append(i)
+        self._notice_unseated_copies(policy_rows[trains])
         if self.fused is not None and trains.any():
             idx = np.flatnonzero(trains)
             self._beat(hb.INFERENCE, -1)

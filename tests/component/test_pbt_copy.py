@@ -8,6 +8,7 @@ from rl_pbt.learning.learner_process import LearnerHost
 from rl_pbt.memory.buffers import FREE
 from rl_pbt.runtime.messages import ApplyPBT, ExportState, LearnerEvent, drain
 from rl_pbt.runtime.runner import Runner, _MergedQueue
+from rl_pbt.sampling.matchmaking import LeastServedMatchmaker
 
 
 def test_copy_then_own_hparams(tmp_path):
@@ -39,6 +40,12 @@ def test_copy_then_own_hparams(tmp_path):
         worker.step()
         host.poll(timeout=0.0)
     src, dst = learners[0], learners[1]
+    for _ in range(500):  # until the target holds experience from its old weights, untrained
+        if dst.pending:
+            break
+        worker.step()
+        host.poll(timeout=0.0)
+    assert dst.pending
     assert src.version > 0 and dst.version > 0
     assert any(
         not torch.equal(a, b)
@@ -102,3 +109,57 @@ def test_copy_then_own_hparams(tmp_path):
     assert len(timing) == 1
     # copied, then the first trajectory from the copied weights, then the first update on it
     assert timing[0]["copied"] <= timing[0]["fresh"] <= timing[0]["trained"]
+
+
+def test_copy_into_an_unseated_policy_is_noticed_at_once(tmp_path):
+    """With policy focus, a worker may play none of a policy's episodes for a long time. A
+    PBT copy into such a policy must still reach the matchmaker on the next step, so that the
+    target's learner soon gets experience from its new weights."""
+    cfg = parse_cfg(
+        [
+            "--env=CartPole-v1",
+            "--serial_mode",
+            "--num_policies=2",
+            "--num_workers=1",
+            "--num_envs_per_worker=4",
+            "--rollout=8",
+            "--batch_size=32",
+            "--encoder_mlp_layers",
+            "16",
+            f"--train_dir={tmp_path}",
+            "--experiment=unseated",
+            "--max_policy_lag=50",
+            "--policy_focus_env_steps=1000000",  # the first focus policy keeps every env
+            "--seed=0",
+        ]
+    )
+    runner = Runner(cfg)
+    learners = {p: runner._learner_factory(p) for p in range(2)}
+    host = LearnerHost(
+        learners, _MergedQueue(runner.learner_queues), runner.learner_queues, runner.report_queue
+    )
+    host.start(resume=False)
+    worker = runner._worker_factory(0, lambda: False, blocking=False)
+    # the parallel runner's matchmaker for single-agent envs (serial mode uses a uniform one)
+    mm = LeastServedMatchmaker([0, 1], focus_steps=cfg.policy_focus_env_steps)
+    worker.matchmaker, worker.prefer, worker.count_steps = mm, mm.prefer, mm.record_steps
+    for _ in range(2000):  # until every episode has restarted with the focus policy
+        worker.step()
+        host.poll(timeout=0.0)
+        if mm.focus is not None and all(s == mm.focus for s in worker.seat):
+            break
+    focus = mm.focus
+    other = 1 - focus
+    assert all(s == focus for s in worker.seat) and worker.model_seq[other] >= 0
+    assert not mm.preferred
+
+    host.handle(ExportState(focus, ApplyPBT(other, focus, dict(learners[focus].hp))))
+    for msg in drain(runner.learner_queues[other]):
+        host.handle(msg)
+    worker.step()
+    assert other in mm.preferred  # noticed while it was unseated
+    for _ in range(3):  # noticed once: no repeated preference as it gets seated
+        worker.step()
+    until = mm.preferred.get(other)
+    worker.step()
+    assert mm.preferred.get(other) in (until, None)
