@@ -11,7 +11,8 @@ from rl_pbt.runtime.runner import Runner, _MergedQueue
 from rl_pbt.sampling.matchmaking import LeastServedMatchmaker
 
 
-def test_copy_then_own_hparams(tmp_path):
+def _serial_setup(tmp_path, *extra: str):
+    """Two CartPole policies in serial mode: (cfg, runner, learners, learner host, worker)."""
     cfg = parse_cfg(
         [
             "--env=CartPole-v1",
@@ -27,6 +28,7 @@ def test_copy_then_own_hparams(tmp_path):
             "--experiment=copy",
             "--max_policy_lag=50",
             "--seed=0",
+            *extra,
         ]
     )
     runner = Runner(cfg)
@@ -36,6 +38,11 @@ def test_copy_then_own_hparams(tmp_path):
     )
     host.start(resume=False)
     worker = runner._worker_factory(0, lambda: False, blocking=False)
+    return cfg, runner, learners, host, worker
+
+
+def test_copy_then_own_hparams(tmp_path):
+    cfg, runner, learners, host, worker = _serial_setup(tmp_path)
     for _ in range(150):
         worker.step()
         host.poll(timeout=0.0)
@@ -115,31 +122,10 @@ def test_copy_into_an_unseated_policy_is_noticed_at_once(tmp_path):
     """With policy focus, a worker may play none of a policy's episodes for a long time. A
     PBT copy into such a policy must still reach the matchmaker on the next step, so that the
     target's learner soon gets experience from its new weights."""
-    cfg = parse_cfg(
-        [
-            "--env=CartPole-v1",
-            "--serial_mode",
-            "--num_policies=2",
-            "--num_workers=1",
-            "--num_envs_per_worker=4",
-            "--rollout=8",
-            "--batch_size=32",
-            "--encoder_mlp_layers",
-            "16",
-            f"--train_dir={tmp_path}",
-            "--experiment=unseated",
-            "--max_policy_lag=50",
-            "--policy_focus_env_steps=1000000",  # the first focus policy keeps every env
-            "--seed=0",
-        ]
+    # the first focus policy keeps every env
+    cfg, runner, learners, host, worker = _serial_setup(
+        tmp_path, "--policy_focus_env_steps=1000000"
     )
-    runner = Runner(cfg)
-    learners = {p: runner._learner_factory(p) for p in range(2)}
-    host = LearnerHost(
-        learners, _MergedQueue(runner.learner_queues), runner.learner_queues, runner.report_queue
-    )
-    host.start(resume=False)
-    worker = runner._worker_factory(0, lambda: False, blocking=False)
     # the parallel runner's matchmaker for single-agent envs (serial mode uses a uniform one)
     mm = LeastServedMatchmaker([0, 1], focus_steps=cfg.policy_focus_env_steps)
     worker.matchmaker, worker.prefer, worker.count_steps = mm, mm.prefer, mm.record_steps
