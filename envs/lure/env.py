@@ -123,9 +123,8 @@ class LureEnv(gym.Env, RewardShapingInterface):
         if self.coin_timer > 0:  # the coin reappears whether or not the agent waits for it
             self.coin_timer -= 1
         nx, ny = self.x + _DX[a], self.y + _DY[a]
-        if self.in_pit and a != RIGHT:
-            pass  # the pit is a dead end: only a step right leaves it
-        elif 0 <= nx < WIDTH and 0 <= ny < HEIGHT:
+        free = not self.in_pit or a == RIGHT  # the pit is a dead end: only a step right leaves
+        if free and 0 <= nx < WIDTH and 0 <= ny < HEIGHT:
             self.x, self.y = nx, ny
         terminated = (self.x, self.y) == GOAL
         if terminated:

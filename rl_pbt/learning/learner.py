@@ -96,11 +96,17 @@ class Learner:
         self.buffers.transfer(slots, QUEUED, LEARNER)
         self.pending.extend(slots)
         if self.copied_at is not None and self.fresh_at is None and slots:
-            idx = torch.as_tensor(slots, dtype=torch.long)
-            own = self.buffers.policy_id.index_select(0, idx) == self.policy_id
-            lag = self.version - self.buffers.policy_version.index_select(0, idx)
-            if bool((own & (lag <= self.cfg.max_policy_lag)).any()):
+            _, trainable = self._trainable(torch.as_tensor(slots, dtype=torch.long))
+            if bool(trainable.any()):
                 self.fresh_at = time.time()
+
+    def _trainable(self, idx: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """For the slots `idx`: (own, trainable) sample masks; own samples were produced by
+        this policy, trainable ones also lie within `max_policy_lag` of its version."""
+        b = self.buffers
+        own = b.valid.index_select(0, idx) & (b.policy_id.index_select(0, idx) == self.policy_id)
+        lag = self.version - b.policy_version.index_select(0, idx)
+        return own, own & (lag <= self.cfg.max_policy_lag)
 
     def ready(self) -> bool:
         return len(self.pending) >= self.traj_per_iteration
@@ -133,11 +139,8 @@ class Learner:
         Their samples still count as env steps."""
         if not self.pending:
             return
-        b = self.buffers
-        idx = torch.as_tensor(self.pending, dtype=torch.long)
-        own = b.valid.index_select(0, idx) & (b.policy_id.index_select(0, idx) == self.policy_id)
-        lag = self.version - b.policy_version.index_select(0, idx)
-        keep = (own & (lag <= self.cfg.max_policy_lag)).any(dim=1)
+        own, trainable = self._trainable(torch.as_tensor(self.pending, dtype=torch.long))
+        keep = trainable.any(dim=1)
         if bool(keep.all()):
             return
         self.env_steps += int(own[~keep].sum()) * self.cfg.env_frameskip

@@ -264,14 +264,15 @@ class RolloutWorker:
         seconds (measured: a first update 27 s after the decision)."""
         if self.prefer is None:
             return
-        unseated = self.model_seq >= 0  # read before: a version to compare with
-        unseated[seated_rows] = False
         now = self._version_now[: self.num_policies]
-        jumped = unseated & (now - self._noticed_version > self.max_lag)
-        if jumped.any():
-            for p in np.flatnonzero(jumped).tolist():
-                self.prefer(p, self._prefer_steps)
-            self._noticed_version[jumped] = now[jumped]
+        jumped = now - self._noticed_version > self.max_lag
+        if not jumped.any():  # the usual case: one comparison per step
+            return
+        jumped &= self.model_seq >= 0  # read before: a version to compare with
+        jumped[seated_rows] = False  # seated ones are noticed as their weights are read
+        for p in np.flatnonzero(jumped).tolist():
+            self.prefer(p, self._prefer_steps)
+        self._noticed_version[jumped] = now[jumped]
 
     def _refresh_seated(self, rows: np.ndarray) -> None:
         """Reload (into the fused stacks too) the seated policies whose weights changed: one
