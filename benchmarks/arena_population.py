@@ -34,7 +34,12 @@ from rl_pbt.sampling.elo import EloRatings  # noqa: E402
 
 
 def train(args, pbt: bool) -> str:
-    exp = f"arena_{'pbt' if pbt else 'nopbt'}_s{args.seed}"
+    kind = ("pbt_elo" if args.target == "elo" else "pbt") if pbt else "nopbt"
+    exp = f"arena_{kind}_s{args.seed}"
+    done = os.path.join(args.train_dir, exp, "summary.json")
+    if args.reuse and os.path.isfile(done):
+        print(f"  {exp}: reusing the finished run in {args.train_dir}", flush=True)
+        return exp
     flags = [
         "--env=arena_duel",
         f"--num_policies={args.policies}",
@@ -49,6 +54,7 @@ def train(args, pbt: bool) -> str:
             "--with_pbt",
             f"--pbt_period_env_steps={args.period}",
             f"--pbt_start_mutation={args.period}",
+            f"--pbt_target_objective={args.target}",
         ]
     start = time.monotonic()
     summary = train_run(flags, args.train_dir, exp, echo=True)
@@ -77,7 +83,18 @@ def main() -> None:
     parser.add_argument("--period", type=int, default=50_000, help="PBT period, frames")
     parser.add_argument("--games", type=int, default=400)
     parser.add_argument("--seed", type=int, default=1)
+    parser.add_argument(
+        "--target",
+        default="true_objective",
+        choices=["true_objective", "elo"],
+        help="what PBT ranks on: the recent win rate (true_objective) or the Elo rating",
+    )
     parser.add_argument("--train_dir", default="/tmp/rl_pbt_bench")
+    parser.add_argument(
+        "--reuse",
+        action="store_true",
+        help="skip training a population whose run in --train_dir has finished (same flags)",
+    )
     args = parser.parse_args()
     os.makedirs(args.train_dir, exist_ok=True)
 

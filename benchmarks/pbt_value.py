@@ -8,7 +8,10 @@ the lure's shaping weight (and the lure / goal ratio, since the goal weight is t
     python benchmarks/pbt_value.py --seeds 1 --steps 400000 --policies 4
 
 Both populations start from the same draws of the search space (--pbt_init_random with the
-same seed); random search is PBT with its updates switched off.
+same seed); random search is PBT with its updates switched off. By default the search space is
+the reward shaping alone (configs/lure_search_space.json: learning parameters fixed at their
+defaults) and every explore step perturbs each tuned value (--mutation_rate 1.0, as in the
+original PBT); --search_space '' --mutation_rate 0.3 tunes every default parameter instead.
 """
 
 from __future__ import annotations
@@ -41,6 +44,7 @@ def run(args, seed: int, pbt: bool, train_dir: str) -> str:
         f"--pbt_period_env_steps={args.period}",
         f"--pbt_start_mutation={start}",
         f"--pbt_mutation_rate={args.mutation_rate}",
+        *([f"--pbt_search_space={args.search_space}"] if args.search_space else []),
         f"--seed={seed}",
         "--status_interval=30",
         "--save_every_sec=100000",
@@ -72,10 +76,18 @@ def lure_weights(exp_dir: str, n: int, key=lambda v: v["lure"]) -> tuple[list, l
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--seeds", type=int, default=3)
+    parser.add_argument(
+        "--first_seed", type=int, default=0, help="seeds first_seed, first_seed+1, ..."
+    )
     parser.add_argument("--policies", type=int, default=8)
     parser.add_argument("--steps", type=int, default=1_000_000, help="env frames per member")
     parser.add_argument("--period", type=int, default=100_000)
-    parser.add_argument("--mutation_rate", type=float, default=0.3)
+    parser.add_argument("--mutation_rate", type=float, default=1.0)
+    parser.add_argument(
+        "--search_space",
+        default=os.path.join(ROOT, "configs", "lure_search_space.json"),
+        help="--pbt_search_space file of both populations ('' tunes every default parameter)",
+    )
     parser.add_argument(
         "--start",
         type=int,
@@ -88,11 +100,12 @@ def main() -> None:
     os.makedirs(train_dir, exist_ok=True)
     print(
         f"lure, {args.policies} members, {args.steps:,} frames each, PBT period "
-        f"{args.period:,}, {args.seeds} seeds; runs in {train_dir}",
+        f"{args.period:,}, mutation rate {args.mutation_rate}, search space "
+        f"{args.search_space or 'all defaults'}, {args.seeds} seeds; runs in {train_dir}",
         flush=True,
     )
     rows = []
-    for seed in range(args.seeds):
+    for seed in range(args.first_seed, args.first_seed + args.seeds):
         pbt_dir = run(args, seed, True, train_dir)
         rnd_dir = run(args, seed, False, train_dir)
         pbt_obj, rnd_obj = objectives(pbt_dir), objectives(rnd_dir)

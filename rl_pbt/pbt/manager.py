@@ -35,6 +35,7 @@ from rl_pbt.pbt.search_space import (
     load_search_space_file,
     unflatten_shaping,
 )
+from rl_pbt.sampling.elo import expected_score
 
 log = logging.getLogger(__name__)
 
@@ -49,6 +50,15 @@ class PBTDecision:
     hparams: dict[str, float]  # the complete new learning hyperparameters, applied AFTER a copy
     shaping: Optional[dict]  # the complete new nested reward shaping, or None without shaping
     log_line: str
+
+
+def elo_objectives(ratings: list[float]) -> list[float]:
+    """Ratings as objectives: each policy's expected score against a player rated at the
+    population's mean. Win-rate units (0..1, like true_objective), so the relative replacement
+    gap means the same at any rating level; a raw rating's gap would depend on Elo's arbitrary
+    offset (10% of 1200 is 120 points, 10% of 2000 is 200)."""
+    mean = float(np.mean(ratings))
+    return [expected_score(float(r), mean) for r in ratings]
 
 
 def _plain(v: Any) -> Any:
@@ -98,7 +108,7 @@ class PBTManager:
         if getattr(cfg, "pbt_optimize_gamma", False) and "gamma" not in base_hparams:
             base_hparams["gamma"] = float(cfg.gamma)
         for name, spec in overrides.items():  # extra learning parameters named by the file
-            if is_shaping_key(name) or name in base_hparams:
+            if is_shaping_key(name) or name in base_hparams or not spec.tuned:
                 continue
             value = getattr(cfg, name, None) if spec.default is None else spec.default
             if value is None:
@@ -262,7 +272,7 @@ class PBTManager:
 
     def _table(self, ratings: Optional[list[float]]) -> dict[int, list[float]]:
         if self.elo:
-            return {p: [float(r)] for p, r in enumerate(ratings)}
+            return {p: [v] for p, v in enumerate(elo_objectives(ratings))}
         return {p: list(w) for p, w in enumerate(self._windows)}
 
     def _update_policy(

@@ -24,6 +24,7 @@ class ParamSpec:
     open on that side). values: the choices of a categorical. discount_like: perturb 1 - x
     (gamma). keep_sign: a reward weight; explore never flips its sign or makes it zero unless
     the bounds force it. default: starting value for a parameter the runner does not pass.
+    tuned: False keeps the parameter out of the search (a file entry {"tune": false}).
     """
 
     name: str
@@ -34,6 +35,7 @@ class ParamSpec:
     discount_like: bool = False
     keep_sign: bool = False
     default: Any = None
+    tuned: bool = True  # False: the value stays at its start ({"tune": false} in the file)
 
     def __post_init__(self) -> None:
         where = f"search space entry {self.name!r}"
@@ -103,7 +105,7 @@ DEFAULT_LEARNING_SPECS: dict[str, ParamSpec] = {
 }
 GAMMA_SPEC = ParamSpec("gamma", "float", 0.9, 0.9999, discount_like=True)
 
-_ENTRY_KEYS = {"type", "low", "high", "values", "discount_like", "keep_sign", "default"}
+_ENTRY_KEYS = {"type", "low", "high", "values", "discount_like", "keep_sign", "default", "tune"}
 
 
 def is_shaping_key(name: str) -> bool:
@@ -121,6 +123,11 @@ def spec_from_dict(name: str, entry: Mapping[str, Any]) -> ParamSpec:
             f"(allowed: {sorted(_ENTRY_KEYS)})"
         )
     values = entry.get("values")
+    tune = entry.get("tune", True)
+    if not isinstance(tune, bool):
+        raise ValueError(f"search space entry {name!r}: 'tune' must be true or false, got {tune!r}")
+    if not tune:  # only the name matters: the value is never moved
+        return ParamSpec(name=name, tuned=False, default=entry.get("default"))
     return ParamSpec(
         name=name,
         kind=entry.get("type", "float"),
@@ -160,8 +167,9 @@ def build_search_space(
     Defaults: the six learning parameters present in `hparams` (+ gamma when optimize_gamma),
     and every non-zero leaf of the flat reward shaping (unbounded, sign kept). A value of 0 is
     a switched-off term (max_grad_norm=0, a zero reward weight) and is not tuned unless the
-    overrides name it. Built-in bounds stretch to include the starting value; bounds from the
-    overrides are kept as given (explore clips a value that starts outside them).
+    overrides name it. An override with tuned=False takes its parameter out of the search.
+    Built-in bounds stretch to include the starting value; bounds from the overrides are kept
+    as given (explore clips a value that starts outside them).
     """
     overrides = dict(overrides or {})
     shaping_flat = dict(shaping_flat or {})
@@ -182,6 +190,9 @@ def build_search_space(
                     f"search space entry {name!r} is not a leaf of the env's reward shaping "
                     f"(leaves: {sorted(shaping_flat) or 'none'})"
                 )
+            if not spec.tuned:
+                notes.append(f"{name} is fixed by the search space file (tune: false)")
+                continue
             if value is None:
                 value = spec.default
             if value is not None and not spec.contains(value):

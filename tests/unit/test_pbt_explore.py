@@ -259,6 +259,7 @@ def test_search_space_file(tmp_path):
         {"type": "log_float", "low": 0, "high": 1},
         {"type": "categorical"},
         {"type": "float", "lo": 1},
+        {"tune": "no"},
     ],
 )
 def test_bad_search_space_entries(tmp_path, entry):

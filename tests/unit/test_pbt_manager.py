@@ -9,7 +9,7 @@ from rl_pbt.config.flags import FLAGS
 from rl_pbt.config.parse import Cfg
 from rl_pbt.logging.files import policy_cfg_path, policy_shaping_path, read_json
 from rl_pbt.pbt.lineage import lineage_path, read_events, schedule_for
-from rl_pbt.pbt.manager import PBTDecision, PBTManager
+from rl_pbt.pbt.manager import PBTDecision, PBTManager, elo_objectives
 
 HPARAMS = {
     "learning_rate": 1e-4,
@@ -181,6 +181,27 @@ def test_elo_ratings_rank(tmp_path):
         mgr.update([9000] * N)
 
 
+def test_elo_ranking_does_not_depend_on_the_rating_offset(tmp_path):
+    ratings = [1300.0, 1280.0, 1250.0, 1100.0, 1090.0, 1240.0]  # 200 points: a clear gap
+    chosen = []
+    for offset in (0.0, 2000.0):
+        mgr = make(tmp_path / str(offset), pbt_target_objective="elo")
+        mgr.update([0] * N, ratings=[1200.0 + offset] * N)
+        decisions = mgr.update([3000] * N, ratings=[r + offset for r in ratings])
+        chosen.append({d.policy_id: d.source_id for d in decisions})
+    assert chosen[0] == chosen[1]
+    # the bottom two (p3, p4) copy one of the top two
+    assert chosen[0][3] in (0, 1) and chosen[0][4] in (0, 1)
+
+
+def test_elo_objectives_are_expected_scores_against_the_mean():
+    scores = elo_objectives([1400.0, 1200.0, 1000.0])
+    assert scores[1] == pytest.approx(0.5)
+    assert scores[0] == pytest.approx(1 / (1 + 10 ** (-0.5)))
+    assert scores[0] + scores[2] == pytest.approx(1.0)
+    assert elo_objectives([3400.0, 3200.0, 3000.0]) == pytest.approx(scores)
+
+
 def test_resume_restores_everything_and_does_not_fire(tmp_path):
     mgr = make(tmp_path)
     feed(mgr, GOOD_TO_BAD)
@@ -241,6 +262,28 @@ def test_search_space_file_is_used(tmp_path):
         mgr.update([2000 + 1000 * r] * N)
     assert all(5e-5 <= h["learning_rate"] <= 2e-4 for h in mgr.hparams)
     assert all(0.01 <= s["pickup"] <= 0.1 for s in mgr.shaping)
+
+
+def test_tune_false_keeps_a_parameter_out_of_the_search(tmp_path):
+    space = tmp_path / "space.json"
+    space.write_text('{"learning_rate": {"tune": false}, "rew.pickup": {"tune": false}}')
+    mgr = make(
+        tmp_path / "exp",
+        pbt_search_space=str(space),
+        pbt_init_random=True,
+        pbt_mutation_rate=1.0,
+        pbt_resample_probability=0.5,
+    )
+    assert "learning_rate" not in mgr.space and "rew.pickup" not in mgr.space
+    assert "value_loss_coeff" in mgr.space and "rew.death" in mgr.space
+    for r in range(30):
+        feed(mgr, GOOD_TO_BAD, seed=r)
+        mgr.update([2000 + 1000 * r] * N)
+    assert all(h["learning_rate"] == HPARAMS["learning_rate"] for h in mgr.hparams)
+    assert all(s["pickup"] == SHAPING["pickup"] for s in mgr.shaping)
+    # the tuned ones did move
+    assert len({h["value_loss_coeff"] for h in mgr.hparams}) > 1
+    assert len({s["death"] for s in mgr.shaping}) > 1
 
 
 def test_resume_fills_in_parameters_the_state_lacks(tmp_path):
