@@ -2,7 +2,7 @@
 misleads: agents farm coins and reach the goal late or never), a population of 8 with PBT
 against the same 8 randomly initialised members without PBT, same env-frame budget per member,
 several seeds. Prints the best and median true_objective of each population and how PBT moved
-the lure's shaping weight (and the lure / goal ratio, since the goal weight is tuned too).
+the lure / goal weight ratio (both weights are tuned, so their ratio is what the agent sees).
 
     python benchmarks/pbt_value.py                     # 3 seeds, 1M frames per member
     python benchmarks/pbt_value.py --seeds 1 --steps 400000 --policies 4
@@ -61,16 +61,22 @@ def objectives(exp_dir: str) -> list[float]:
     return [p["mean_objective"] or 0.0 for p in summary["policies"].values()]
 
 
-def lure_weights(exp_dir: str, n: int, key=lambda v: v["lure"]) -> tuple[list, list]:
-    """Each member's lure weight (or another function of its values) at the start of its
-    lineage and now."""
+def lure_ratios(exp_dir: str, n: int) -> tuple[list, list, list]:
+    """lure / goal of each member at the start of the run, at its end, and at the start of the
+    lineage that produced each member's final weights (its earliest ancestor's draw)."""
     events = read_events(lineage_path(exp_dir))
-    first, last = [], []
+    ratio = lambda v: v["lure"] / v["goal"]  # noqa: E731
+    initial = [None] * n
+    for e in events:
+        if e["action"] == "init":
+            values = {k.removeprefix("rew."): new for k, (_, new) in e["changes"].items()}
+            initial[e["policy"]] = ratio(values)
+    final, ancestor = [], []
     for p in range(n):
         schedule = schedule_for(events, p)
-        first.append(key(schedule[0][2]))
-        last.append(key(schedule[-1][2]))
-    return first, last
+        ancestor.append(ratio(schedule[0][2]))
+        final.append(ratio(schedule[-1][2]))
+    return initial, final, ancestor
 
 
 def main() -> None:
@@ -109,19 +115,20 @@ def main() -> None:
         pbt_dir = run(args, seed, True, train_dir)
         rnd_dir = run(args, seed, False, train_dir)
         pbt_obj, rnd_obj = objectives(pbt_dir), objectives(rnd_dir)
-        start, end = lure_weights(pbt_dir, args.policies)
-        r_start, r_end = lure_weights(pbt_dir, args.policies, lambda v: v["lure"] / v["goal"])
+        initial, final, ancestor = lure_ratios(pbt_dir, args.policies)
         best = max(range(args.policies), key=lambda p: pbt_obj[p])
+        rnd_best = max(range(args.policies), key=lambda p: rnd_obj[p])
         rows.append(
             (max(pbt_obj), statistics.median(pbt_obj), max(rnd_obj), statistics.median(rnd_obj))
         )
         print(
             f"seed {seed}: PBT best {max(pbt_obj):.3f} median {statistics.median(pbt_obj):.3f}"
             f" | random search best {max(rnd_obj):.3f} median {statistics.median(rnd_obj):.3f}"
-            f" | lure weight: population median {statistics.median(start):.3f} -> "
-            f"{statistics.median(end):.3f}, best member p{best} {start[best]:.3f} -> "
-            f"{end[best]:.3f} | lure/goal: median {statistics.median(r_start):.3f} -> "
-            f"{statistics.median(r_end):.3f}, best member {r_start[best]:.3f} -> {r_end[best]:.3f}",
+            f" (its lure/goal {initial[rnd_best]:.3f})\n"
+            f"  PBT lure/goal: population median {statistics.median(initial):.3f} at the start"
+            f" -> {statistics.median(final):.3f} at the end (lowest drawn at the start "
+            f"{min(initial):.3f}); best member p{best} {final[best]:.3f}, its lineage started "
+            f"from a draw of {ancestor[best]:.3f}",
             flush=True,
         )
     pbt_best = statistics.mean(r[0] for r in rows)

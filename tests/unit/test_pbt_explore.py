@@ -2,6 +2,7 @@
 
 import json
 import math
+import os
 import re
 
 import numpy as np
@@ -299,3 +300,21 @@ def test_flatten_unflatten_roundtrip():
     parsed = unflatten_shaping(flat)  # without a template: indexed leaves become tuples
     assert parsed["t"] == (0.1, -0.3) and parsed["group"]["x"] == 1.0
     assert math.isclose(parsed["pickup"], 0.05)
+
+
+def test_shipped_search_space_files_load():
+    """configs/*search_space*.json parse and fit the envs they were written for."""
+    from envs.arena.game import DEFAULT_REWARD_SHAPING as ARENA
+    from envs.lure.env import DEFAULT_REWARD_SHAPING as LURE
+
+    configs = os.path.join(os.path.dirname(__file__), "..", "..", "configs")
+    hp = {k: 0.1 for k in DEFAULT_LEARNING_SPECS}
+    hp.update(learning_rate=3e-4, max_grad_norm=4.0, gamma=0.99)
+    lure = load_search_space_file(os.path.join(configs, "lure_search_space.json"))
+    space, notes = build_search_space(hp, flatten_shaping(LURE), overrides=lure)
+    assert set(space) == {"rew.goal", "rew.lure", "rew.step_penalty"}
+    assert sum("tune: false" in n for n in notes) == len(DEFAULT_LEARNING_SPECS)
+    example = load_search_space_file(os.path.join(configs, "pbt_search_space_example.json"))
+    space, _ = build_search_space(hp, flatten_shaping(ARENA), True, overrides=example)
+    assert "max_grad_norm" not in space and space["gamma"].high == 0.999
+    assert space["rew.death"].kind == "log_float"
