@@ -78,13 +78,21 @@ def build_parser(flags: Iterable[Flag]) -> argparse.ArgumentParser:
     return parser
 
 
+PRESET_FILE_FLAGS = ("pbt_search_space",)  # a relative path here is relative to the preset
+
+
 def load_preset(name_or_path: str) -> dict[str, Any]:
     path = Path(name_or_path)
     candidates = [path, CONFIGS_DIR / name_or_path, CONFIGS_DIR / f"{name_or_path}.json"]
     for candidate in candidates:
         if candidate.is_file():
             with open(candidate) as f:
-                return json.load(f)
+                preset = json.load(f)
+            for key in PRESET_FILE_FLAGS:
+                value = preset.get(key)
+                if isinstance(value, str) and value and not os.path.isabs(value):
+                    preset[key] = str(candidate.resolve().parent / value)
+            return preset
     known = sorted(p.stem for p in CONFIGS_DIR.glob("*.json")) if CONFIGS_DIR.is_dir() else []
     raise ConfigError(f"--preset={name_or_path}: no such file; known presets: {', '.join(known)}")
 

@@ -1,4 +1,5 @@
 import json
+import os
 
 import pytest
 
@@ -68,6 +69,24 @@ def test_env_named_by_preset_gets_its_flags_and_defaults(tmp_path):
     assert cfg.learning_rate == 0.001  # the command line still wins
     same = parse_cfg(["--env=arena_duel", "--arena_episode_steps=100", "--learning_rate=0.001"])
     assert dict(vars(same)) == {**dict(vars(cfg)), "preset": same.preset}
+
+
+def test_preset_search_space_path_is_relative_to_the_preset(tmp_path, monkeypatch):
+    import envs  # noqa: F401  (registers lure)
+
+    (tmp_path / "presets").mkdir()
+    (tmp_path / "presets" / "space.json").write_text('{"learning_rate": {"tune": false}}')
+    preset = tmp_path / "presets" / "p.json"
+    preset.write_text(
+        json.dumps(
+            {"env": "lure", "with_pbt": True, "num_policies": 2, "pbt_search_space": "space.json"}
+        )
+    )
+    monkeypatch.chdir(tmp_path)  # not the preset's folder
+    cfg = parse_cfg([f"--preset={preset}"])
+    assert cfg.pbt_search_space == str(tmp_path / "presets" / "space.json")
+    shipped = parse_cfg(["--preset=lure_pbt"])  # the shipped preset finds its file from anywhere
+    assert os.path.isfile(shipped.pbt_search_space) and shipped.pbt_mutation_rate == 1.0
 
 
 def test_preset_unknown_key_rejected(tmp_path):
