@@ -34,7 +34,11 @@ from rl_pbt.sampling.elo import EloRatings  # noqa: E402
 
 
 def train(args, pbt: bool) -> str:
-    kind = ("pbt_elo" if args.target == "elo" else "pbt") if pbt else "nopbt"
+    kind = "nopbt"
+    if pbt:
+        kind = "pbt" + ("_elo" if args.target == "elo" else "")
+        if args.search_space:
+            kind += "_" + os.path.splitext(os.path.basename(args.search_space))[0]
     exp = f"arena_{kind}_s{args.seed}"
     done = os.path.join(args.train_dir, exp, "summary.json")
     if args.reuse and os.path.isfile(done):
@@ -56,6 +60,8 @@ def train(args, pbt: bool) -> str:
             f"--pbt_start_mutation={args.period}",
             f"--pbt_target_objective={args.target}",
         ]
+        if args.search_space:
+            flags.append(f"--pbt_search_space={args.search_space}")
     start = time.monotonic()
     summary = train_run(flags, args.train_dir, exp, echo=True)
     print(
@@ -90,6 +96,7 @@ def main() -> None:
         help="what PBT ranks on: the recent win rate (true_objective) or the Elo rating",
     )
     parser.add_argument("--train_dir", default="/tmp/rl_pbt_bench")
+    parser.add_argument("--search_space", default=None, help="--pbt_search_space of the PBT run")
     parser.add_argument(
         "--reuse",
         action="store_true",

@@ -9,7 +9,7 @@ the lure / goal weight ratio (both weights are tuned, so their ratio is what the
 
 Both populations start from the same draws of the search space (--pbt_init_random with the
 same seed); random search is PBT with its updates switched off. By default the search space is
-the reward shaping alone (configs/lure_search_space.json: learning parameters fixed at their
+the reward shaping alone (configs/shaping_only.json: learning parameters fixed at their
 defaults) and every explore step perturbs each tuned value (--mutation_rate 1.0, as in the
 original PBT); --search_space '' --mutation_rate 0.3 tunes every default parameter instead.
 """
@@ -91,7 +91,7 @@ def main() -> None:
     parser.add_argument("--mutation_rate", type=float, default=1.0)
     parser.add_argument(
         "--search_space",
-        default=os.path.join(ROOT, "configs", "lure_search_space.json"),
+        default=os.path.join(ROOT, "configs", "shaping_only.json"),
         help="--pbt_search_space file of both populations ('' tunes every default parameter)",
     )
     parser.add_argument(

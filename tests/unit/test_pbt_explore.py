@@ -310,7 +310,7 @@ def test_shipped_search_space_files_load():
     configs = os.path.join(os.path.dirname(__file__), "..", "..", "configs")
     hp = {k: 0.1 for k in DEFAULT_LEARNING_SPECS}
     hp.update(learning_rate=3e-4, max_grad_norm=4.0, gamma=0.99)
-    lure = load_search_space_file(os.path.join(configs, "lure_search_space.json"))
+    lure = load_search_space_file(os.path.join(configs, "shaping_only.json"))
     space, notes = build_search_space(hp, flatten_shaping(LURE), overrides=lure)
     assert set(space) == {"rew.goal", "rew.lure", "rew.step_penalty"}
     assert sum("tune: false" in n for n in notes) == len(DEFAULT_LEARNING_SPECS)
