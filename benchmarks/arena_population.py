@@ -39,6 +39,8 @@ def train(args, pbt: bool) -> str:
         kind = "pbt" + ("_elo" if args.target == "elo" else "")
         if args.search_space:
             kind += "_" + os.path.splitext(os.path.basename(args.search_space))[0]
+        if args.tag:
+            kind += "_" + args.tag
     exp = f"arena_{kind}_s{args.seed}"
     done = os.path.join(args.train_dir, exp, "summary.json")
     if args.reuse and os.path.isfile(done):
@@ -62,6 +64,7 @@ def train(args, pbt: bool) -> str:
         ]
         if args.search_space:
             flags.append(f"--pbt_search_space={args.search_space}")
+        flags += args.pbt_flags.split()
     start = time.monotonic()
     summary = train_run(flags, args.train_dir, exp, echo=True)
     print(
@@ -97,6 +100,12 @@ def main() -> None:
     )
     parser.add_argument("--train_dir", default="/tmp/rl_pbt_bench")
     parser.add_argument("--search_space", default=None, help="--pbt_search_space of the PBT run")
+    parser.add_argument(
+        "--pbt_flags",
+        default="",
+        help="more training flags for the PBT run only, e.g. '--pbt_replace_fraction=0.125'",
+    )
+    parser.add_argument("--tag", default="", help="added to the PBT run's experiment name")
     parser.add_argument(
         "--reuse",
         action="store_true",

@@ -65,7 +65,10 @@ def lure_ratios(exp_dir: str, n: int) -> tuple[list, list, list]:
     """lure / goal of each member at the start of the run, at its end, and at the start of the
     lineage that produced each member's final weights (its earliest ancestor's draw)."""
     events = read_events(lineage_path(exp_dir))
-    ratio = lambda v: v["lure"] / v["goal"]  # noqa: E731
+
+    def ratio(values: dict) -> float:
+        return values["lure"] / values["goal"]
+
     initial = [None] * n
     for e in events:
         if e["action"] == "init":
@@ -118,13 +121,14 @@ def main() -> None:
         initial, final, ancestor = lure_ratios(pbt_dir, args.policies)
         best = max(range(args.policies), key=lambda p: pbt_obj[p])
         rnd_best = max(range(args.policies), key=lambda p: rnd_obj[p])
+        rnd_initial = lure_ratios(rnd_dir, args.policies)[0]
         rows.append(
             (max(pbt_obj), statistics.median(pbt_obj), max(rnd_obj), statistics.median(rnd_obj))
         )
         print(
             f"seed {seed}: PBT best {max(pbt_obj):.3f} median {statistics.median(pbt_obj):.3f}"
             f" | random search best {max(rnd_obj):.3f} median {statistics.median(rnd_obj):.3f}"
-            f" (its lure/goal {initial[rnd_best]:.3f})\n"
+            f" (its lure/goal {rnd_initial[rnd_best]:.3f})\n"
             f"  PBT lure/goal: population median {statistics.median(initial):.3f} at the start"
             f" -> {statistics.median(final):.3f} at the end (lowest drawn at the start "
             f"{min(initial):.3f}); best member p{best} {final[best]:.3f}, its lineage started "
