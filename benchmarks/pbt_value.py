@@ -4,8 +4,9 @@ against the same 8 randomly initialised members without PBT, same env-frame budg
 several seeds. Prints the best and median true_objective of each population and how PBT moved
 the lure / goal weight ratio (both weights are tuned, so their ratio is what the agent sees).
 
-    python benchmarks/pbt_value.py                     # 3 seeds, 1M frames per member
-    python benchmarks/pbt_value.py --seeds 1 --steps 400000 --policies 4
+    python benchmarks/pbt_value.py                     # 3 seeds, 300k frames per member
+    python benchmarks/pbt_value.py --first_seed 3      # three other seeds
+    python benchmarks/pbt_value.py --seeds 1 --steps 100000 --policies 4
 
 Both populations start from the same draws of the search space (--pbt_init_random with the
 same seed); random search is PBT with its updates switched off. By default the search space is
@@ -34,7 +35,7 @@ from rl_pbt.pbt.lineage import lineage_path, read_events, schedule_for  # noqa: 
 def run(args, seed: int, pbt: bool, train_dir: str) -> str:
     exp = f"lure_{'pbt' if pbt else 'random'}_s{seed}"
     # random search: never an update
-    start = (args.start if args.start is not None else args.period) if pbt else 10**15
+    start = args.start if pbt else 10**15
     flags = [
         "--env=lure",
         "--with_pbt",
@@ -89,8 +90,8 @@ def main() -> None:
         "--first_seed", type=int, default=0, help="seeds first_seed, first_seed+1, ..."
     )
     parser.add_argument("--policies", type=int, default=8)
-    parser.add_argument("--steps", type=int, default=1_000_000, help="env frames per member")
-    parser.add_argument("--period", type=int, default=100_000)
+    parser.add_argument("--steps", type=int, default=300_000, help="env frames per member")
+    parser.add_argument("--period", type=int, default=20_000)
     parser.add_argument("--mutation_rate", type=float, default=1.0)
     parser.add_argument(
         "--search_space",
@@ -100,8 +101,8 @@ def main() -> None:
     parser.add_argument(
         "--start",
         type=int,
-        default=None,
-        help="env frames per member before PBT's first update (default: one period)",
+        default=60_000,
+        help="env frames per member before PBT's first update",
     )
     parser.add_argument("--train_dir", default=None)
     args = parser.parse_args()

@@ -120,6 +120,7 @@ class PBTManager:
         self.space, notes = build_search_space(
             base_hparams, base_shaping, bool(getattr(cfg, "pbt_optimize_gamma", False)), overrides
         )
+        self.space_notes = notes  # worth one console line each (the runner prints them)
         for note in notes:
             log.info("PBT search space: %s", note)
 

@@ -175,6 +175,7 @@ def build_search_space(
     shaping_flat = dict(shaping_flat or {})
     space: dict[str, ParamSpec] = {}
     notes: list[str] = []
+    fixed: list[str] = []
 
     defaults = dict(DEFAULT_LEARNING_SPECS)
     if optimize_gamma:
@@ -191,7 +192,7 @@ def build_search_space(
                     f"(leaves: {sorted(shaping_flat) or 'none'})"
                 )
             if not spec.tuned:
-                notes.append(f"{name} is fixed by the search space file (tune: false)")
+                fixed.append(name)
                 continue
             if value is None:
                 value = spec.default
@@ -204,6 +205,8 @@ def build_search_space(
             space[name] = defaults[name].widened_to(float(value))
         else:
             space[name] = ParamSpec(name, "float", keep_sign=True)
+    if fixed:
+        notes.append(f"fixed by the search space file (tune: false): {', '.join(fixed)}")
     return space, notes
 
 

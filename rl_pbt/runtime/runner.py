@@ -210,6 +210,11 @@ class Runner:
         )
         if cfg.with_pbt and self.default_shaping is not None:
             log(f"PBT tunes reward shaping too: {self.default_shaping}")
+        if cfg.with_pbt and self.pbt is not None:  # not a lineage replay
+            tuned = ", ".join(self.pbt.space) or "nothing"
+            log(f"PBT search space: {tuned}")
+            for note in self.pbt.space_notes:
+                log(f"PBT search space: {note}")
         try:
             if cfg.serial_mode:
                 return self._run_serial()
