@@ -38,6 +38,7 @@ START_X = (1, 7)  # the start cell's x is drawn from this range (inclusive), y f
 COIN_RESPAWN_STEPS = 5
 COIN_DECAY = 0.8  # the k-th coin of an episode pays lure * COIN_DECAY**k
 DEFAULT_EPISODE_STEPS = 50
+OBS_SIZE = 10  # see LureEnv's docstring
 
 STAY, UP, RIGHT, DOWN, LEFT = range(5)
 _DX = (0, 0, 1, 0, -1)
@@ -70,10 +71,10 @@ class LureEnv(gym.Env, RewardShapingInterface):
         self.start_x = start_x
         self.coin_respawn_steps = int(coin_respawn_steps)
         self.render_mode = render_mode
-        self.observation_space = spaces.Box(-1.0, 1.0, (10,), np.float32)
+        self.observation_space = spaces.Box(-1.0, 1.0, (OBS_SIZE,), np.float32)
         self.action_space = spaces.Discrete(5)
         self.shaping = dict(DEFAULT_REWARD_SHAPING)
-        self._obs = np.zeros(10, dtype=np.float32)
+        self._obs = np.zeros(OBS_SIZE, dtype=np.float32)
         self.x = self.y = 0
         self.t = 0
         self.coin_timer = 0  # steps until the next coin appears in the pit (0: one is there)

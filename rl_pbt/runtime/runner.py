@@ -209,7 +209,7 @@ class Runner:
             f"parameters per policy; {self.buffers.num_slots} trajectory slots"
         )
         if cfg.with_pbt and self.default_shaping is not None:
-            log(f"PBT tunes reward shaping too: {self.default_shaping}")
+            log(f"PBT reward shaping defaults: {self.default_shaping}")
         if cfg.with_pbt and self.pbt is not None:  # not a lineage replay
             tuned = ", ".join(self.pbt.space) or "nothing"
             log(f"PBT search space: {tuned}")
