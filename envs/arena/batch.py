@@ -5,9 +5,10 @@ NumPy arrays of shape (K, n), (K, num_pickups) and (K,) and steps all of them wi
 Copy k behaves exactly like `ArenaGame(n, episode_steps, seed=s_k)` given the same actions:
 the same observations (bitwise), rewards, episode ends, infos and reward shaping effects. Each
 copy owns a `np.random.default_rng` and draws from it with the same calls, in the same order,
-as `ArenaGame`. Rare events (a new episode, a pickup respawn, two moves whose outcome depends
-on the move order) run in small Python loops over just the copies concerned; everything else
-is vectorised over K, and observations are gathered from precomputed tables.
+as `ArenaGame`. Rare events (a new episode, a pickup taken or respawning, two moves whose
+outcome depends on the move order) run in small Python loops over just the copies concerned;
+everything else is vectorised over K, with few NumPy calls per step (the cost at small K is
+their overhead): moves, the storm and the observations are gathered from precomputed tables.
 `tests/envs/test_arena_batch.py` keeps the two equal: change the rules in both or in neither.
 
 Use `ArenaGame` for one game behind the usual env interface (the trainer, rendering, scripted
@@ -47,7 +48,6 @@ from envs.arena.game import (
     EV_ZONE_DAMAGE,
     EVENT_INDEX,
     EVENTS,
-    FACE_N,
     HEALTH_PICKUP_AMOUNT,
     HEALTH_PICKUPS,
     HEIGHT,
@@ -62,6 +62,7 @@ from envs.arena.game import (
     SHOT_RANGE,
     START_AMMO,
     WIDTH,
+    ZONE_FULL_RADIUS,
     ObsLayout,
     zone_schedule,
 )
@@ -74,7 +75,7 @@ NO_PICKUP = _NUM_CELLS  # `pickup_cell` of a pickup waiting to respawn (ArenaGam
 NO_AGENT = _NUM_CELLS + 1  # `cell` of an eliminated agent: it is nowhere
 _SPOTS = _NUM_CELLS + 2  # cells and the two places that are not on the floor
 _NUM_PICKUPS = HEALTH_PICKUPS + AMMO_PICKUPS
-_PICKUP_KIND = np.array([0] * HEALTH_PICKUPS + [1] * AMMO_PICKUPS)  # 0 health, 1 ammo
+_PICKUP_KIND = (0,) * HEALTH_PICKUPS + (1,) * AMMO_PICKUPS  # 0 health, 1 ammo
 _FAR = 1 << 30  # distance to or from a place that is not on the floor
 if HEALTH_PICKUPS != AMMO_PICKUPS:  # _observations looks at pickups as (kind, index in kind)
     raise NotImplementedError("ArenaBatch needs as many health pickups as ammo pickups")
@@ -88,9 +89,22 @@ _NO_LINE, _NOBODY = 4, 5  # sight codes beside the directions 0-3
 _RAYS_FLAT = np.zeros(_SPOTS * 4, dtype=np.int64)
 _RAYS_FLAT[: _NUM_CELLS * 4] = np.array(_RAYS).reshape(-1)
 _DCELL = np.array([DIR_DX[d] + DIR_DY[d] * WIDTH for d in range(4)])  # cell offset of a step
-# per action: the direction it faces (-1: noop / shoot) and whether it tries to move
+# per action: the direction it faces (-1: noop / shoot)
 _ACTION_DIR = np.array([-1, 0, 1, 2, 3, 0, 1, 2, 3, -1])
-_ACTION_MOVES = np.array([MOVE_N <= a < FACE_N for a in range(NUM_ACTIONS)])
+_NO_MOVE = -(1 << 20)  # no move to a cell; below -1 - i for every agent i (see ArenaBatch._move)
+
+
+def _move_table() -> np.ndarray:
+    """[spot * NUM_ACTIONS + action]: the cell a move action steps to, or _NO_MOVE where the
+    action is not a move, a pillar or the border is in the way, or the spot is off the floor."""
+    table = np.full((_SPOTS, NUM_ACTIONS), _NO_MOVE, dtype=np.int64)
+    for d in range(4):
+        free = np.flatnonzero(_RAYS_FLAT[d::4] > 0)  # spots with a free cell ahead in direction d
+        table[free, MOVE_N + d] = free + _DCELL[d]
+    return table.reshape(-1)
+
+
+_MOVE_TO = _move_table()
 
 
 def _pair_tables() -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
@@ -134,24 +148,28 @@ def _pair_tables() -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
 
 
 _DISTANCE, _SIGHT, _GEOMETRY, _PICKUP_FEAT = _pair_tables()
+_NEAR = _DISTANCE <= SHOT_RANGE  # [pair]: within SHOT_RANGE (the proximity event)
+# [x]: a cooldown or pickup timer at x after one more step
+_COUNTDOWN = np.maximum(np.arange(max(SHOT_COOLDOWN + 1, PICKUP_RESPAWN_STEPS) + 1) - 1, 0)
 
-# [spot * 4 + facing]: x, y, facing one-hot (the first 6 own features), then the 4 ray
-# features (free cells ahead); zero off the floor
-_CELL_FACING = np.zeros((_SPOTS * 4, 10), dtype=np.float32)
-_CELL_FACING[: _NUM_CELLS * 4] = [
-    (c % WIDTH * _INV_X, c // WIDTH * _INV_Y) + _ONE_HOT[f] + _RAY_FEATURES[c]
-    for c in range(_NUM_CELLS)
-    for f in range(4)
+# Tables over (safe zone radius, spot), indexed by `radius * _SPOTS + spot`:
+# outside: the spot is outside the safe zone (never off the floor; never for the full radius);
+# place: x, y (the first 2 own features), then the last 8 features: the 4 ray features (free
+# cells ahead), a slot for the fraction of the episode left (written over by _observations),
+# the radius feature, the distance feature and outside; zero off the floor
+_OUTSIDE = np.zeros((ZONE_FULL_RADIUS + 1, _SPOTS), dtype=bool)
+_OUTSIDE[:, :_NUM_CELLS] = np.array(_ZONE_DIST) > np.arange(ZONE_FULL_RADIUS + 1)[:, None]
+_PLACE = np.zeros((ZONE_FULL_RADIUS + 1, _SPOTS, 10), dtype=np.float32)
+_PLACE[:, :_NUM_CELLS] = [
+    [
+        (c % WIDTH * _INV_X, c // WIDTH * _INV_Y)
+        + _RAY_FEATURES[c]
+        + (0.0, _ZONE_FEAT[r], _ZONE_FEAT[_ZONE_DIST[c]], float(_ZONE_DIST[c] > r))
+        for c in range(_NUM_CELLS)
+    ]
+    for r in range(ZONE_FULL_RADIUS + 1)
 ]
-
-
-# [spot]: Chebyshev distance from the storm's centre (-1 off the floor: never outside) and its
-# observed feature (0 off the floor)
-_ZONE_DIST_FLAT = np.full(_SPOTS, -1, dtype=np.int64)
-_ZONE_DIST_FLAT[:_NUM_CELLS] = _ZONE_DIST
-_ZONE_DIST_FEAT = np.zeros(_SPOTS, dtype=np.float32)
-_ZONE_DIST_FEAT[:_NUM_CELLS] = [_ZONE_FEAT[d] for d in _ZONE_DIST]
-_ZONE_RADIUS_FEAT = np.array(_ZONE_FEAT, dtype=np.float32)
+_OUTSIDE, _PLACE = _OUTSIDE.reshape(-1), _PLACE.reshape(-1, 10)
 
 
 def _own_status(health: int, ammo: int, cooldown: int) -> tuple[float, ...]:
@@ -174,11 +192,14 @@ def _other_status(sight: int, health: int, facing_j: int, facing_i: int) -> tupl
     return (health / MAX_HEALTH,) + _ONE_HOT[facing_j] + lined_up
 
 
-# [(health * (MAX_AMMO + 1) + ammo) * (SHOT_COOLDOWN + 1) + cooldown]
+# [(health * 4 + facing) * _AMMO_CODES + ammo * (SHOT_COOLDOWN + 1) + cooldown]: facing one-hot,
+# health, ammo, cooldown and can-shoot (own features 2-9); zeros for health 0 (eliminated)
+_AMMO_CODES = (MAX_AMMO + 1) * (SHOT_COOLDOWN + 1)
 _STATUS = np.array(
     [
-        _own_status(h, a, cd)
+        (_ONE_HOT[f] if h > 0 else (0.0,) * 4) + _own_status(h, a, cd)
         for h in range(MAX_HEALTH + 1)
+        for f in range(4)
         for a in range(MAX_AMMO + 1)
         for cd in range(SHOT_COOLDOWN + 1)
     ],
@@ -186,6 +207,7 @@ _STATUS = np.array(
 )
 # [sight * _SEEN_CODES + (health_j * 4 + facing_j) * 4 + facing_i]
 _SEEN_CODES = (MAX_HEALTH + 1) * 16
+_SIGHT_BASE = _SIGHT * _SEEN_CODES  # [pair]: the sight part of that index
 _OTHER_STATUS = np.array(
     [
         _other_status(s, h, fj, fi)
@@ -215,8 +237,8 @@ class ArenaBatch(BatchedMultiAgentEnv):
     eliminated), `facing`, `health` (0 once eliminated), `ammo`, `cooldown`, `alive`,
     `pickup_cell[k, p]` (NO_PICKUP while it waits to respawn), `pickup_timer[k, p]`, and
     `events[k, i, e]`: the event counts of the last step, as `ArenaGame.events`. The storm
-    depends on t alone (`zone_schedule`): a tick is one vectorised comparison of every agent's
-    distance from the centre with its copy's radius.
+    depends on t alone (`zone_schedule`): a tick is one lookup of every agent's cell in the
+    row of _OUTSIDE for its copy's t.
     """
 
     def __init__(
@@ -257,6 +279,10 @@ class ArenaBatch(BatchedMultiAgentEnv):
         self._spawn_x = [(0, 2) if self.team[i] == 0 else (WIDTH - 3, WIDTH - 1) for i in range(n)]
         self._spawn_facing = [1 if self.team[i] == 0 else 3 for i in range(n)]
         self._rows = np.arange(K)
+        self._stay = np.tile(-1 - np.arange(n), (K, 1))  # (K, n): -1 - i (see _move)
+        # [k, i, kind]: the index of the first pickup of that kind in the flattened (K, n,
+        # kind, index in kind) pickup tables of the observations
+        self._first_pickup = np.arange(K * n * 2).reshape(K, n, 2) * HEALTH_PICKUPS
 
         # state of every copy, as ArenaGame.__init__ leaves it (before the first reset)
         self.t = np.zeros(K, dtype=np.int64)
@@ -281,13 +307,17 @@ class ArenaBatch(BatchedMultiAgentEnv):
 
     @episode_steps.setter
     def episode_steps(self, steps: int) -> None:
-        # the storm by t, as tables (t is clipped to episode_steps where they are read: it
-        # passes the limit only before a first reset)
-        self._episode_steps = int(steps)
-        radius, damage = zone_schedule(self._episode_steps)
-        self._zone_radius = np.array(radius, dtype=np.int64)
-        self._zone_damage = np.array(damage, dtype=bool)
-        self._zone_ticks = bool(self._zone_damage.any())
+        # tables by t (0 to episode_steps). A step clips t to episode_steps where it reads
+        # them (t passes the limit only before a first reset); the observations have t below
+        # the limit (a copy that reaches it starts anew).
+        T = self._episode_steps = int(steps)
+        radius, damage = zone_schedule(T)
+        self._zone_ticks = any(damage)
+        # the safe zone's rows in _PLACE and _OUTSIDE; for the storm, the full zone's rows
+        # (nobody outside) at steps without a tick
+        self._zone_rows = np.array(radius, dtype=np.int64) * _SPOTS
+        self._storm_rows = np.where(damage, radius, ZONE_FULL_RADIUS) * _SPOTS
+        self._time_left = (1.0 - np.arange(T + 1) / T).astype(np.float32)  # the feature
 
     # ----- reward shaping -----
     def get_default_reward_shaping(self) -> dict:
@@ -374,17 +404,12 @@ class ArenaBatch(BatchedMultiAgentEnv):
         self.pickup_cell[k] = pickups
         self.pickup_timer[k] = 0
 
-    def _respawn_pickups(self, k: int, pickups: Sequence[int]) -> None:
-        """`ArenaGame._place_pickup` for the given pickups of copy k, in order."""
-        rng = self._rngs[k]
+    def _respawn_pickup(self, k: int, p: int) -> None:
+        """`ArenaGame._place_pickup` for pickup p of copy k (its timer has run out)."""
         blocked = set(_PILLAR_CELLS)
         blocked.update(self.cell[k].tolist())  # the eliminated are at NO_AGENT: no matter
         blocked.update(self.pickup_cell[k].tolist())
-        for p in pickups:
-            c = _random_free_cell(rng, 0, WIDTH - 1, blocked)
-            blocked.add(c)
-            self.pickup_cell[k, p] = c
-            self.pickup_timer[k, p] = 0
+        self.pickup_cell[k, p] = _random_free_cell(self._rngs[k], 0, WIDTH - 1, blocked)
 
     # ----- stepping -----
     def step(
@@ -402,36 +427,28 @@ class ArenaBatch(BatchedMultiAgentEnv):
         all_alive = np.count_nonzero(alive) == K * n
         if np.count_nonzero(acts.view(np.uint64) >= NUM_ACTIONS):  # negative ones are huge
             self._check_actions(acts)
+        was_alive = None  # all of them
         if not all_alive:
             acts = np.where(alive, acts, NOOP)  # the eliminated do nothing
+            was_alive = alive.copy()
         ev = np.zeros((K, n, len(EVENTS)), dtype=np.float64)
-        was_alive = alive.copy()
         self.t += 1
 
-        # 1. turning and moving (the eliminated are nowhere, with no free cells around)
-        turn = _ACTION_DIR[acts]
+        # 1. turning and moving (the eliminated are nowhere, and go nowhere)
+        turn = _ACTION_DIR.take(acts)
         np.copyto(self.facing, turn, where=turn >= 0)
-        facing = self.facing
-        moving = _ACTION_MOVES[acts]
-        moving &= _RAYS_FLAT[cell * 4 + facing] > 0
-        if np.count_nonzero(moving):
-            self._move(moving, cell + _DCELL[facing])
+        dest = cell * NUM_ACTIONS
+        dest += acts
+        self._move(_MOVE_TO.take(dest))
 
         # 2. pickups (living agents never share a cell, so each pickup has at most one taker)
         on_pickup = cell[:, :, None] == self.pickup_cell[:, None, :]
         if np.count_nonzero(on_pickup):
-            ks, agents, ps = np.nonzero(on_pickup)
-            health_kind = _PICKUP_KIND[ps] == 0
-            hk, hi = ks[health_kind], agents[health_kind]
-            self.health[hk, hi] = np.minimum(MAX_HEALTH, self.health[hk, hi] + HEALTH_PICKUP_AMOUNT)
-            ak, ai = ks[~health_kind], agents[~health_kind]
-            self.ammo[ak, ai] = np.minimum(MAX_AMMO, self.ammo[ak, ai] + AMMO_PICKUP_AMOUNT)
-            self.pickup_cell[ks, ps] = NO_PICKUP
-            self.pickup_timer[ks, ps] = PICKUP_RESPAWN_STEPS
-            ev[ks, agents, EV_PICKUP] = 1.0
+            self._take_pickups(on_pickup, ev)
 
         # 3. shots, resolved simultaneously
-        enemy_pair = self._enemy_pairs()
+        spot, pair = self._pairs()
+        enemy_pair = pair[:, :, n // 2 - 1 :]  # the enemies are the last n // 2 others
         fire = acts == SHOOT
         fire &= self.cooldown == 0
         fire &= self.ammo > 0
@@ -439,31 +456,37 @@ class ArenaBatch(BatchedMultiAgentEnv):
 
         # 3b. the storm, after the shots (the copies of one batch mostly tick together)
         if self._zone_ticks:
-            tz = np.minimum(self.t, self.episode_steps)
-            tick = self._zone_damage[tz]
-            if np.count_nonzero(tick):
-                eliminations = self._storm(tick, self._zone_radius[tz], ev) or eliminations
+            storm = self._storm_rows.take(self.t, mode="clip")  # t clipped to episode_steps
+            hurt = _OUTSIDE.take(storm[:, None] + cell)  # never the eliminated
+            if np.count_nonzero(hurt):
+                eliminations = self._storm(hurt, ev) or eliminations
         if eliminations:
-            enemy_pair = self._enemy_pairs()
+            spot, pair = self._pairs()
+            enemy_pair = pair[:, :, n // 2 - 1 :]
 
-        # 4. timers
-        self.cooldown -= self.cooldown > 0
-        timer = self.pickup_timer
-        waiting = timer > 0
-        if np.count_nonzero(waiting):
-            timer -= waiting
-            respawn = waiting & (timer == 0)
-            if np.count_nonzero(respawn):
-                for k in np.flatnonzero(respawn.any(axis=1)).tolist():
-                    self._respawn_pickups(k, np.flatnonzero(respawn[k]).tolist())
+        # 4. timers (a pickup whose timer runs out respawns)
+        self.cooldown[...] = _COUNTDOWN.take(self.cooldown)
+        respawn = self.pickup_timer == 1
+        self.pickup_timer[...] = _COUNTDOWN.take(self.pickup_timer)
+        if np.count_nonzero(respawn):
+            ks, ps = np.nonzero(respawn)  # in copy order, then pickup order
+            for k, p in zip(ks.tolist(), ps.tolist()):
+                self._respawn_pickup(k, p)
 
-        # 5. proximity: a living enemy within SHOT_RANGE (Manhattan; _FAR for the eliminated)
-        near = _DISTANCE.take(enemy_pair) <= SHOT_RANGE
-        ev[:, :, EV_PROXIMITY] = np.logical_or.reduce(near, axis=2)
+        # 5. proximity: a living enemy within SHOT_RANGE (Manhattan; never for the eliminated)
+        near = _NEAR.take(enemy_pair)
+        ev[:, :, EV_PROXIMITY] = near[:, :, 0] if n == 2 else np.logical_or.reduce(near, axis=2)
 
         # 6. episode end (a team can only fall if somebody was eliminated in this step)
         truncated = self.t >= self.episode_steps
-        if eliminations or not self._teams_standing:
+        team_may_fall = eliminations or not self._teams_standing
+        if not team_may_fall and not np.count_nonzero(truncated):  # the usual step: no end
+            self.events = ev
+            rewards = np.add.reduce(self._coeffs * ev, axis=2).astype(np.float32)
+            infos = self._infos(was_alive)
+            obs = self._observations(spot=spot, pair=pair)  # nobody moved since the pairs
+            return obs, rewards, np.zeros(K, dtype=bool), truncated, infos
+        if team_may_fall:
             self._teams_standing = True
             team_alive = np.logical_or.reduce(alive.reshape(K, 2, n // 2), axis=2)  # (K, team)
             terminated = ~np.logical_and.reduce(team_alive, axis=1)
@@ -490,7 +513,7 @@ class ArenaBatch(BatchedMultiAgentEnv):
             ev[:, :, EV_LOSS] += decided[:, None] & ~winners
         done_copies = np.flatnonzero(done).tolist() if np.count_nonzero(done) else []
         self.events = ev
-        rewards = (self._coeffs * ev).sum(axis=2).astype(np.float32)
+        rewards = np.add.reduce(self._coeffs * ev, axis=2).astype(np.float32)
         infos = self._infos(was_alive)
         for k in done_copies:
             if decided[k]:
@@ -504,9 +527,11 @@ class ArenaBatch(BatchedMultiAgentEnv):
             self._new_episode(k)
         return self._observations(), rewards, terminated, truncated, infos
 
-    def _enemy_pairs(self) -> np.ndarray:
-        """`cell[k, i] * _SPOTS + cell[k, j]` for every agent i and enemy j, (K, n, n // 2)."""
-        return self.cell[:, :, None] * _SPOTS + self.cell.take(self._enemies, axis=1)
+    def _pairs(self) -> tuple[np.ndarray, np.ndarray]:
+        """`spot = cell * _SPOTS` (K, n) and `pair[k, i, o] = cell[k, i] * _SPOTS + cell[k, j]`
+        for every agent i and its o-th other agent j (teammates, then enemies), (K, n, n - 1)."""
+        spot = self.cell * _SPOTS
+        return spot, spot[:, :, None] + self.cell.take(self._others, axis=1)
 
     def _check_actions(self, acts: np.ndarray) -> None:
         """Raise ValueError for an action outside [0, NUM_ACTIONS) of a living agent (before
@@ -518,8 +543,12 @@ class ArenaBatch(BatchedMultiAgentEnv):
                 f"action {acts[k, i]} of agent {i} in copy {k} is outside [0, {NUM_ACTIONS})"
             )
 
-    def _infos(self, active: np.ndarray) -> list[list[dict]]:
-        """Fresh `{"is_active": ...}` dicts, K lists of n."""
+    def _infos(self, active: Optional[np.ndarray]) -> list[list[dict]]:
+        """Fresh `{"is_active": ...}` dicts, K lists of n (active None: every agent)."""
+        if active is None:
+            if self.num_agents == 2:
+                return [[{"is_active": True}, {"is_active": True}] for _ in range(self.num_envs)]
+            active = np.ones((self.num_envs, self.num_agents), dtype=bool)
         if self.num_agents == 2:
             return [[{"is_active": a}, {"is_active": b}] for a, b in active.tolist()]
         return [
@@ -527,18 +556,27 @@ class ArenaBatch(BatchedMultiAgentEnv):
             for a, b, c, d in active.tolist()
         ]
 
-    def _move(self, moving: np.ndarray, target: np.ndarray) -> None:
-        """Move the `moving` agents to `target` one at a time, in each copy's move order (seat
-        order when t is even, reversed when odd), unless somebody is on the target cell then.
+    def _move(self, dest: np.ndarray) -> None:
+        """Move every agent with a target cell (`dest` >= 0; _NO_MOVE: none) there, one at a
+        time in each copy's move order (seat order when t is even, reversed when odd), unless
+        somebody is on the target cell then.
 
         The order only matters between two movers, one heading for the other's cell or both
         for the same cell: copies with such a pair go through their agents one at a time in
         Python; elsewhere a move succeeds unless an agent that stays is on the target cell.
         """
-        cell = self.cell
-        heads_for = target[:, :, None] == cell[:, None, :]  # [k, i, j] (the eliminated are nowhere)
-        heads_for &= moving[:, :, None]
-        clash = target[:, :, None] == target[:, None, :]
+        cell, others = self.cell, self._others
+        moving = dest >= 0
+        # where each agent ends if nothing is in its way: its target, or -1 - i if it stays;
+        # nothing is in anybody's way if no end is another agent's cell or end
+        ends = np.maximum(dest, self._stay)
+        meets = ends[:, :, None] == cell.take(others, axis=1)
+        meets |= ends[:, :, None] == ends.take(others, axis=1)
+        if not np.count_nonzero(meets):
+            np.copyto(cell, dest, where=moving)
+            return
+        heads_for = dest[:, :, None] == cell[:, None, :]  # [k, i, j] (movers only)
+        clash = dest[:, :, None] == dest[:, None, :]
         clash &= self._not_self
         clash |= heads_for
         clash &= moving[:, :, None] & moving[:, None, :]
@@ -550,30 +588,48 @@ class ArenaBatch(BatchedMultiAgentEnv):
             clash_copies = np.flatnonzero(np.logical_or.reduce(clash, axis=(1, 2))).tolist()
             go = go.copy() if go is moving else go
             go[clash_copies] = False
-        np.copyto(cell, target, where=go)
+        np.copyto(cell, dest, where=go)
         n = self.num_agents
         for k in clash_copies:
-            cells, to, move = cell[k].tolist(), target[k].tolist(), moving[k].tolist()
+            cells, to, move = cell[k].tolist(), dest[k].tolist(), moving[k].tolist()
             for i in range(n) if self.t[k] % 2 == 0 else reversed(range(n)):
                 if move[i] and to[i] not in cells:
                     cells[i] = to[i]
             cell[k] = cells
 
+    def _take_pickups(self, on_pickup: np.ndarray, ev: np.ndarray) -> None:
+        """The agents on a pickup (`on_pickup[k, i, p]`; a few a step) take it: health or
+        ammo, and the pickup waits PICKUP_RESPAWN_STEPS to respawn."""
+        health, ammo = self.health, self.ammo
+        for k, i, p in zip(*[a.tolist() for a in np.nonzero(on_pickup)]):
+            if _PICKUP_KIND[p] == 0:
+                health[k, i] = min(MAX_HEALTH, int(health[k, i]) + HEALTH_PICKUP_AMOUNT)
+            else:
+                ammo[k, i] = min(MAX_AMMO, int(ammo[k, i]) + AMMO_PICKUP_AMOUNT)
+            self.pickup_cell[k, p] = NO_PICKUP
+            self.pickup_timer[k, p] = PICKUP_RESPAWN_STEPS
+            ev[k, i, EV_PICKUP] = 1.0
+
     def _shoot(self, fire: np.ndarray, enemy_pair: np.ndarray, ev: np.ndarray) -> bool:
         """Fire the shots of the `fire` agents at once: ammo, cooldown, hits and eliminations.
         True if somebody was eliminated (and moved to NO_AGENT)."""
-        self.ammo -= fire
-        self.cooldown[fire] = SHOT_COOLDOWN + 1  # the timers phase makes it SHOT_COOLDOWN
+        np.copyto(self.ammo, self.ammo - 1, where=fire)
+        np.copyto(self.cooldown, SHOT_COOLDOWN + 1, where=fire)  # the timers make it SHOT_COOLDOWN
         ev[:, :, EV_SHOT_FIRED] = fire
         # candidates: living enemies straight ahead, within reach and not behind a pillar
         cand = _SIGHT.take(enemy_pair) == self.facing[:, :, None]
         cand &= fire[:, :, None]
         if not np.count_nonzero(cand):
             return False
-        nearest = np.where(cand, _DISTANCE.take(enemy_pair), _FAR).argmin(axis=2)  # (K, n)
-        hit = np.logical_or.reduce(cand, axis=2)
-        target = np.where(hit, self._enemies[np.arange(self.num_agents), nearest], -1)
-        hits = (target[:, :, None] == np.arange(self.num_agents)).sum(axis=1)
+        n = self.num_agents
+        if n == 2:  # one enemy each: the other agent, who takes the other's hit
+            hit = cand[:, :, 0]
+            hits = hit[:, ::-1]
+        else:
+            nearest = np.where(cand, _DISTANCE.take(enemy_pair), _FAR).argmin(axis=2)  # (K, n)
+            hit = np.logical_or.reduce(cand, axis=2)
+            target = np.where(hit, self._enemies[np.arange(n), nearest], -1)
+            hits = (target[:, :, None] == np.arange(n)).sum(axis=1)
         ev[:, :, EV_DAMAGE_DEALT] = hit
         ev[:, :, EV_DAMAGE_TAKEN] = hits
         self.health -= hits
@@ -585,19 +641,16 @@ class ArenaBatch(BatchedMultiAgentEnv):
         self.cell[died] = NO_AGENT
         self.health[died] = 0
         ev[:, :, EV_DEATH] = died
-        ev[:, :, EV_KILL] = hit & died[self._rows[:, None], target]
+        ev[:, :, EV_KILL] = hit & (died[:, ::-1] if n == 2 else died[self._rows[:, None], target])
         return True
 
-    def _storm(self, tick: np.ndarray, radius: np.ndarray, ev: np.ndarray) -> bool:
-        """1 health off every living agent outside the safe zone in the `tick` copies (K,),
-        whose zone radii are `radius` (K,). True if somebody was eliminated."""
-        hurt = _ZONE_DIST_FLAT.take(self.cell) > radius[:, None]  # the eliminated: never
-        hurt &= tick[:, None]
-        if not np.count_nonzero(hurt):
-            return False
-        self.health -= hurt
+    def _storm(self, hurt: np.ndarray, ev: np.ndarray) -> bool:
+        """1 health off the `hurt` agents (living, outside the safe zone in a storm tick).
+        True if somebody was eliminated."""
+        health = self.health
+        np.copyto(health, health - 1, where=hurt)
         ev[:, :, EV_ZONE_DAMAGE] = hurt
-        died = hurt & (self.health <= 0)
+        died = hurt & (health <= 0)
         if not np.count_nonzero(died):
             return False
         self.alive &= ~died
@@ -606,56 +659,54 @@ class ArenaBatch(BatchedMultiAgentEnv):
         return True
 
     # ----- observations -----
-    def _observations(self, rows: Union[slice, np.ndarray] = slice(None)) -> np.ndarray:
-        """Observations of the copies `rows` (all by default), float32 (len(rows), n, D).
+    def _observations(
+        self,
+        rows: Union[slice, np.ndarray] = slice(None),
+        spot: Optional[np.ndarray] = None,
+        pair: Optional[np.ndarray] = None,
+    ) -> np.ndarray:
+        """Observations of the copies `rows` (all by default), float32 (len(rows), n, D);
+        `spot` and `pair`, if given, are `_pairs()` of every copy.
 
         Eliminated agents are at NO_AGENT with health 0, where every table gives zeros."""
         L, n = self.layout, self.num_agents
         cell, facing, health = self.cell[rows], self.facing[rows], self.health[rows]
+        t, alive = self.t[rows], self.alive[rows]
         K = cell.shape[0]
         obs = np.empty((K, n, L.size), dtype=np.float32)
-        # own block, and the free cells ahead
-        own = _CELL_FACING.take(cell * 4 + facing, axis=0)
-        obs[:, :, : L.HEALTH] = own[:, :, : L.HEALTH]
-        obs[:, :, L.rays : L.time_left] = own[:, :, L.HEALTH :]
-        status = health * (MAX_AMMO + 1)
-        status += self.ammo[rows]
-        status *= SHOT_COOLDOWN + 1
+        # x, y, free cells ahead, the fraction of the episode left and the storm
+        zone = self._zone_rows.take(t, mode="clip")[:, None]  # t clipped to episode_steps
+        place = _PLACE.take(zone + cell, axis=0)
+        obs[:, :, :2] = place[:, :, :2]
+        obs[:, :, L.rays :] = place[:, :, 2:]
+        obs[:, :, L.time_left] = self._time_left.take(t)[:, None]
+        if np.count_nonzero(alive) < alive.size:
+            obs[:, :, L.time_left] *= alive
+        # facing, health, ammo, cooldown, can-shoot
+        looks = health * 4
+        looks += facing  # what the others see: health and facing
+        status = looks * _AMMO_CODES
+        status += self.ammo[rows] * (SHOT_COOLDOWN + 1)
         status += self.cooldown[rows]
-        obs[:, :, L.HEALTH : L.OWN_SIZE] = _STATUS.take(status, axis=0)
+        obs[:, :, L.FACING : L.OWN_SIZE] = _STATUS.take(status, axis=0)
         # other agents, through a (K, n, n - 1, OTHER_SIZE) view of their blocks
         blocks = obs[:, :, L.others : L.health_pickup].reshape(K, n, n - 1, L.OTHER_SIZE)
-        pair = cell[:, :, None] * _SPOTS + cell.take(self._others, axis=1)  # (K, n, n - 1)
+        if pair is None:
+            spot = cell * _SPOTS
+            pair = spot[:, :, None] + cell.take(self._others, axis=1)  # (K, n, n - 1)
         blocks[..., : L.O_HEALTH] = _GEOMETRY.take(pair, axis=0)
-        seen = health * 4 + facing
-        seen *= 4
-        other = _SIGHT.take(pair) * _SEEN_CODES
-        other += seen.take(self._others, axis=1)
+        looks *= 4
+        other = _SIGHT_BASE.take(pair)
+        other += looks.take(self._others, axis=1)
         other += facing[:, :, None]
         blocks[..., L.O_HEALTH :] = _OTHER_STATUS.take(other, axis=0)
         # nearest available pickup of each kind (the first in pickup order on ties)
-        to_pickup = cell[:, :, None] * _SPOTS + self.pickup_cell[rows][:, None, :]
+        to_pickup = spot[:, :, None] + self.pickup_cell[rows][:, None, :]
         to_pickup = to_pickup.reshape(K, n, 2, HEALTH_PICKUPS)  # (K, n, kind, index in kind)
-        dist = _DISTANCE.take(to_pickup)  # _FAR for pickups waiting to respawn
-        nearest, nearest_dist = to_pickup[..., 0], dist[..., 0]
-        for q in range(1, HEALTH_PICKUPS):
-            nearest = np.where(dist[..., q] < nearest_dist, to_pickup[..., q], nearest)
-            nearest_dist = np.minimum(nearest_dist, dist[..., q])
+        nearest = _DISTANCE.take(to_pickup).argmin(axis=3)  # _FAR: waiting to respawn
+        nearest = to_pickup.take(nearest + self._first_pickup[:K])
         pickup_features = _PICKUP_FEAT.take(nearest, axis=0).reshape(K, n, 6)
         obs[:, :, L.health_pickup : L.rays] = pickup_features
-        # fraction of the episode left, and the storm
-        t = self.t[rows]
-        time_left = (1.0 - t / self.episode_steps)[:, None]
-        radius = self._zone_radius[np.minimum(t, self.episode_steps)][:, None]
-        radius_feat = _ZONE_RADIUS_FEAT[radius]
-        alive = self.alive[rows]
-        if np.count_nonzero(alive) < alive.size:
-            time_left = np.where(alive, time_left, 0.0)
-            radius_feat = np.where(alive, radius_feat, 0.0)
-        obs[:, :, L.time_left] = time_left
-        obs[:, :, L.zone_radius] = radius_feat
-        obs[:, :, L.zone_distance] = _ZONE_DIST_FEAT.take(cell)
-        obs[:, :, L.zone_outside] = _ZONE_DIST_FLAT.take(cell) > radius
         return obs
 
     def close(self) -> None:
