@@ -55,6 +55,14 @@ def make_player(spec: str, env, args, seed: int) -> Callable[[], Any]:
         module, cls = SCRIPTED[spec]
         player_cls = getattr(__import__(module, fromlist=[cls]), cls)
         return lambda: _Scripted(player_cls(num_agents=env.num_agents, seed=seed))
+    model = _load_model(spec, env, args)
+    return lambda: PolicyActor(
+        model, env.observation_space, env.action_space, deterministic=args.deterministic
+    )
+
+
+def _load_model(spec: str, env, args):
+    """The trained model of player `spec` (`pN` of --experiment or `EXPERIMENT:pN`)."""
     exp, _, pol = spec.rpartition(":")
     if not pol.startswith("p") or not pol[1:].isdigit():
         raise ValueError(
@@ -62,10 +70,7 @@ def make_player(spec: str, env, args, seed: int) -> Callable[[], Any]:
         )
     exp_dir = os.path.join(args.train_dir, exp or args.experiment)
     cfg = experiment_cfg(exp_dir, {"env": args.env})
-    model = load_policy(exp_dir, int(pol[1:]), env.observation_space, env.action_space, cfg)
-    return lambda: PolicyActor(
-        model, env.observation_space, env.action_space, deterministic=args.deterministic
-    )
+    return load_policy(exp_dir, int(pol[1:]), env.observation_space, env.action_space, cfg)
 
 
 class BatchPolicyActor:
@@ -112,11 +117,7 @@ def make_batch_player(spec: str, env, args, seed: int) -> Callable[[int], Any]:
     if spec == "random" or spec in SCRIPTED:
         factory = make_player(spec, env, args, seed)
         return lambda seats: SeatActors(factory, seats)
-    exp, _, pol = spec.rpartition(":")
-    make_player(spec, env, args, seed)  # validates the spec and the checkpoint
-    exp_dir = os.path.join(args.train_dir, exp or args.experiment)
-    cfg = experiment_cfg(exp_dir, {"env": args.env})
-    model = load_policy(exp_dir, int(pol[1:]), env.observation_space, env.action_space, cfg)
+    model = _load_model(spec, env, args)
     return lambda seats: BatchPolicyActor(
         model, env.observation_space, env.action_space, seats, deterministic=args.deterministic
     )
