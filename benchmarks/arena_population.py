@@ -16,8 +16,10 @@ the PBT members against the no-PBT members in the round robin.
 
     python benchmarks/arena_population.py                  # 8 members, 500k frames each
     python benchmarks/arena_population.py --policies 4 --steps 200000 --games 200
+    # the README's setting (snapshot opponents in both, one replacement per round)
     python benchmarks/arena_population.py --seed 2 --pbt_flags=--pbt_replace_fraction=0.125 \
-        --flags "--selfplay_snapshot_prob=0.25 --selfplay_snapshot_every_env_steps=100000"
+        --tag rf125 --flags "--selfplay_snapshot_prob=0.25 \
+        --selfplay_snapshot_every_env_steps=100000 --selfplay_snapshot_pool_size=24"
 
 Prints the win rate of PBT's best against no-PBT's best (draw = 0.5). Goal: above 0.6.
 """
