@@ -57,7 +57,7 @@ def train(args, pbt: bool) -> str:
     if args.flags:
         kind += "_" + flags_slug(args.flags)
     if pbt:
-        kind = "pbt" + ("_elo" if args.target == "elo" else "")
+        kind = "pbt" + ("" if args.target == "true_objective" else "_" + args.target)
         if args.flags:
             kind += "_" + flags_slug(args.flags)
         if args.search_space:
@@ -128,8 +128,9 @@ def main() -> None:
     parser.add_argument(
         "--target",
         default="true_objective",
-        choices=["true_objective", "elo"],
-        help="what PBT ranks on: the recent win rate (true_objective) or the Elo rating",
+        choices=["true_objective", "elo", "vs_snapshots"],
+        help="what PBT ranks on: the recent win rate (true_objective), the Elo rating, or the "
+        "win rate against frozen snapshots alone (vs_snapshots; needs snapshots in --flags)",
     )
     parser.add_argument("--train_dir", default="/tmp/rl_pbt_bench")
     parser.add_argument("--search_space", default=None, help="--pbt_search_space of the PBT run")

@@ -358,7 +358,8 @@ FLAGS: list[Flag] = [
         "pbt_target_objective",
         str,
         "true_objective",
-        "info key ranked by PBT (episode return when absent); 'elo' ranks by rating",
+        "info key ranked by PBT (episode return when absent); 'elo' ranks by rating; "
+        "'vs_snapshots' by the win rate against frozen snapshots only",
         group="pbt",
     ),
     Flag("pbt_perturb_min", float, 1.1, "smallest perturbation factor", at_least(1.0), group="pbt"),

@@ -194,6 +194,15 @@ def validate(cfg: Cfg, flags: Iterable[Flag] = FLAGS, evaluation: bool = False) 
             f"--pbt_perturb_max={cfg.pbt_perturb_max} must be >= "
             f"--pbt_perturb_min={cfg.pbt_perturb_min}"
         )
+    if (
+        cfg.with_pbt
+        and cfg.pbt_target_objective == "vs_snapshots"
+        and not (cfg.selfplay_snapshot_prob > 0)
+    ):
+        raise ConfigError(
+            "--pbt_target_objective=vs_snapshots ranks on games against frozen snapshots: "
+            f"it needs --selfplay_snapshot_prob > 0 (got {cfg.selfplay_snapshot_prob})"
+        )
     if cfg.with_pbt and cfg.num_policies < 2:
         raise ConfigError(
             f"--with_pbt needs a population: --num_policies={cfg.num_policies} must be >= 2"

@@ -17,7 +17,7 @@ from functools import partial
 import numpy as np
 import torch
 
-from rl_pbt.config.parse import Cfg, experiment_dir, recurrence, save_cfg
+from rl_pbt.config.parse import Cfg, ConfigError, experiment_dir, recurrence, save_cfg
 from rl_pbt.envs.registry import has_batched_env, make_env, make_env_batch, registry_snapshot
 from rl_pbt.envs.wrappers import as_multiagent, reward_shaping_target
 from rl_pbt.learning.learner import Learner, default_hparams, transfer_size
@@ -44,7 +44,7 @@ from rl_pbt.runtime.messages import (
     drain,
     make_queue,
 )
-from rl_pbt.sampling.elo import EloRatings, matches_from_episode
+from rl_pbt.sampling.elo import EloRatings, matches_from_episode, scores_against_snapshots
 from rl_pbt.sampling.matchmaking import (
     LeastServedMatchmaker,
     SnapshotPool,
@@ -121,6 +121,11 @@ class Runner:
             recurrence(cfg),
         )
         self.use_snapshots = cfg.selfplay_snapshot_prob > 0 and self.num_agents > 1
+        if cfg.with_pbt and cfg.pbt_target_objective == "vs_snapshots" and not self.use_snapshots:
+            raise ConfigError(
+                "--pbt_target_objective=vs_snapshots ranks on games against frozen snapshots: "
+                f"it needs a multi-agent env, and --env={cfg.env} has one agent"
+            )
         rows = cfg.num_policies + (cfg.selfplay_snapshot_pool_size if self.use_snapshots else 0)
         self.params = ParamStore(rows, flat_state_size(template), transfer_size(template))
         self.free_queue = make_queue(cfg.serial_mode, max_size_bytes=4_000_000)
@@ -142,6 +147,8 @@ class Runner:
         self.env_steps = [0] * cfg.num_policies
         self.versions = [0] * cfg.num_policies
         self.pbt = self._make_pbt()
+        # PBT's objective: each episode's target (or Elo), or only games against snapshots
+        self.pbt_on_episodes = self.pbt is not None and cfg.pbt_target_objective != "vs_snapshots"
         self.elo = (
             EloRatings.from_dict(read_json(self._elo_path(), {}))
             if os.path.isfile(self._elo_path())
@@ -445,7 +452,7 @@ class Runner:
                 self.stats.add_sampling(msg.env_steps * self.cfg.env_frameskip)
                 for ep in msg.episodes:
                     self.stats.add_episode(ep)
-                    if self.pbt is not None and isinstance(ep.policy_id, int):
+                    if self.pbt_on_episodes and isinstance(ep.policy_id, int):
                         objective = ep.objective
                         if objective is None:
                             self.stats.warn_no_objective(ep.policy_id)
@@ -456,10 +463,12 @@ class Runner:
                         isinstance(s, str) and s not in self.snapshot_row_of for s in match.seats
                     ):
                         continue  # played against a snapshot since evicted from the pool
-                    for team_a, team_b, score in matches_from_episode(
-                        match.seats, match.teams, match.objectives
-                    ):
+                    matches = matches_from_episode(match.seats, match.teams, match.objectives)
+                    for team_a, team_b, score in matches:
                         self.elo.record_match(team_a, team_b, score)
+                    if self.pbt is not None and not self.pbt_on_episodes:
+                        for policy, score in scores_against_snapshots(matches):
+                            self.pbt.record_episode(policy, score)
             elif isinstance(msg, LearnerReport):
                 self.env_steps[msg.policy_id] = msg.env_steps
                 self.versions[msg.policy_id] = msg.version

@@ -174,3 +174,17 @@ def matches_from_episode(
             score_a = _outcome(mean_obj[team_a], mean_obj[team_b])
             matches.append((list(members[team_a]), list(members[team_b]), score_a))
     return matches
+
+
+def scores_against_snapshots(matches: Sequence[Match]) -> list[tuple[int, float]]:
+    """(policy, score) for every live policy in a match whose other team is made of frozen
+    snapshots alone (snapshot ids are strings, live policies ints); mixed teams, and matches
+    between live policies, give nothing. The objective of `--pbt_target_objective=vs_snapshots`.
+    """
+    out: list[tuple[int, float]] = []
+    for team_a, team_b, score_a in matches:
+        for team, other, score in ((team_a, team_b, score_a), (team_b, team_a, 1.0 - score_a)):
+            live = not any(isinstance(p, str) for p in team)
+            if live and all(isinstance(p, str) for p in other):
+                out.extend((int(p), float(score)) for p in team)
+    return out

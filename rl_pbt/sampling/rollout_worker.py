@@ -77,7 +77,9 @@ class RolloutWorker:
         self.T = cfg.rollout
         self.rec = recurrence(cfg)
         self.target_key = (
-            "true_objective" if cfg.pbt_target_objective == "elo" else (cfg.pbt_target_objective)
+            "true_objective"
+            if cfg.pbt_target_objective in ("elo", "vs_snapshots")
+            else cfg.pbt_target_objective
         )
 
         self._beat(hb.STARTING)

@@ -4,6 +4,7 @@ import json
 import os
 
 from rl_pbt import parse_cfg, train
+from rl_pbt.pbt.lineage import read_events
 from tests.small_run import SMALL_RUN
 
 
@@ -37,3 +38,57 @@ def test_snapshots_play_and_are_rated(tmp_path):
     with open(os.path.join(tmp_path, "sp", "summary.json")) as f:
         summary = json.load(f)
     assert all(p["env_steps"] >= 30000 for p in summary["policies"].values())
+
+
+def test_pbt_ranks_on_games_against_snapshots(tmp_path):
+    """--pbt_target_objective=vs_snapshots: PBT's objective windows hold only the scores of
+    games against frozen snapshots (win 1, draw 0.5, loss 0), and PBT acts on them."""
+    import envs  # noqa: F401
+
+    cfg = parse_cfg(
+        [
+            "--env=arena_duel",
+            "--with_pbt",
+            "--num_policies=3",
+            *SMALL_RUN,
+            "--pbt_target_objective=vs_snapshots",
+            "--pbt_period_env_steps=5000",
+            "--pbt_start_mutation=10000",
+            "--pbt_mutation_rate=1.0",
+            "--pbt_objective_window=100000",
+            "--selfplay_snapshot_prob=0.5",
+            "--selfplay_snapshot_every_env_steps=4000",
+            "--selfplay_snapshot_pool_size=4",
+            "--train_for_env_steps=30000",
+            f"--train_dir={tmp_path}",
+            "--experiment=vs",
+            "--status_interval=30",
+            "--seed=3",
+        ]
+    )
+    assert train(cfg) == 0
+    exp = os.path.join(tmp_path, "vs")
+    events = read_events(os.path.join(exp, "pbt", "lineage.jsonl"))
+    assert events, "PBT made no decision"
+    with open(os.path.join(exp, "elo.json")) as f:
+        elo = json.load(f)
+    games = {str(e[0]): e[2] for e in elo["entries"]}
+    assert sum(g for k, g in games.items() if k.startswith("snap:")) > 0
+    # every live policy's games (a game between two live policies counts for both)
+    live_games = sum(games[str(p)] for p in range(3))
+    with open(os.path.join(exp, "pbt", "state.json")) as f:
+        windows = json.load(f)["windows"]
+    scores = [v for w in windows for v in w]
+    # ranking on every game would put about live_games scores in the (unbounded) windows;
+    # about a third of them are games against snapshots (half the opponent seats)
+    assert 0 < len(scores) <= live_games / 2, (len(scores), live_games)
+    assert set(scores) <= {0.0, 0.5, 1.0}
+
+
+def test_vs_snapshots_needs_snapshots():
+    import pytest
+
+    from rl_pbt.config.parse import ConfigError
+
+    with pytest.raises(ConfigError, match="--selfplay_snapshot_prob > 0"):
+        parse_cfg(["--env=arena_duel", "--with_pbt", "--pbt_target_objective=vs_snapshots"])

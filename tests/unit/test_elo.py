@@ -6,7 +6,13 @@ import json
 
 import pytest
 
-from rl_pbt.sampling.elo import EloRatings, elo_update, expected_score, matches_from_episode
+from rl_pbt.sampling.elo import (
+    EloRatings,
+    elo_update,
+    expected_score,
+    matches_from_episode,
+    scores_against_snapshots,
+)
 
 
 @pytest.mark.parametrize("r_a,r_b", [(1200, 1200), (1500, 1200), (900, 1700), (0, 400)])
@@ -165,3 +171,15 @@ def test_matches_from_episode_single_team_gives_nothing_and_lengths_checked():
     assert matches_from_episode([0, 1], [0, 0], [1.0, 1.0]) == []
     with pytest.raises(ValueError, match="one entry per agent"):
         matches_from_episode([0, 1], [0, 1], [1.0])
+
+
+def test_scores_against_snapshots_keeps_live_policies_against_snapshots_only():
+    matches = [
+        ([0], ["snap:1@100"], 1.0),  # live vs snapshot: policy 0 scores 1
+        (["snap:2@200"], [3], 1.0),  # snapshot first: policy 3 scores 0
+        ([1], [2], 0.5),  # live vs live: not counted
+        ([4, "snap:1@100"], ["snap:2@200", "snap:3@50"], 0.5),  # mixed team: not counted
+        ([5, 6], ["snap:a", "snap:b"], 0.5),  # a team of live policies: both score 0.5
+        (["snap:a"], ["snap:b"], 1.0),  # two snapshots: nobody
+    ]
+    assert scores_against_snapshots(matches) == [(0, 1.0), (3, 0.0), (5, 0.5), (6, 0.5)]
