@@ -14,10 +14,10 @@ from rl_pbt import ConfigError, parse_cfg, train
 def main(argv: list[str] | None = None) -> int:
     try:
         cfg = parse_cfg(sys.argv[1:] if argv is None else argv)
-    except ConfigError as e:
+        return train(cfg)
+    except ConfigError as e:  # bad flags, or flags that do not fit the env
         print(f"rl-pbt-train: error: {e}", file=sys.stderr)
         return 2
-    return train(cfg)
 
 
 if __name__ == "__main__":

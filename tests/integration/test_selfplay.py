@@ -92,3 +92,12 @@ def test_vs_snapshots_needs_snapshots():
 
     with pytest.raises(ConfigError, match="--selfplay_snapshot_prob > 0"):
         parse_cfg(["--env=arena_duel", "--with_pbt", "--pbt_target_objective=vs_snapshots"])
+
+
+def test_vs_snapshots_needs_a_multiagent_env(tmp_path, capsys):
+    from launch.train import main
+
+    flags = ["--env=lure", "--with_pbt", "--num_policies=2", f"--train_dir={tmp_path}"]
+    flags += ["--pbt_target_objective=vs_snapshots", "--selfplay_snapshot_prob=0.5"]
+    assert main(flags) == 2
+    assert "--env=lure has one agent" in capsys.readouterr().err
