@@ -88,6 +88,8 @@ def test_pbt_ranks_on_games_against_snapshots(tmp_path):
 def test_vs_snapshots_needs_snapshots():
     import pytest
 
+    import envs  # noqa: F401
+
     from rl_pbt.config.parse import ConfigError
 
     with pytest.raises(ConfigError, match="--selfplay_snapshot_prob > 0"):
