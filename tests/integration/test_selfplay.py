@@ -89,7 +89,6 @@ def test_vs_snapshots_needs_snapshots():
     import pytest
 
     import envs  # noqa: F401
-
     from rl_pbt.config.parse import ConfigError
 
     with pytest.raises(ConfigError, match="--selfplay_snapshot_prob > 0"):
