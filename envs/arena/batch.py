@@ -480,24 +480,42 @@ class ArenaBatch(BatchedMultiAgentEnv):
         # 6. episode end (a team can only fall if somebody was eliminated in this step)
         truncated = self.t >= self.episode_steps
         team_may_fall = eliminations or not self._teams_standing
-        if not team_may_fall and not np.count_nonzero(truncated):  # the usual step: no end
-            self.events = ev
-            rewards = np.add.reduce(self._coeffs * ev, axis=2).astype(np.float32)
-            infos = self._infos(was_alive)
-            obs = self._observations(spot=spot, pair=pair)  # nobody moved since the pairs
-            return obs, rewards, np.zeros(K, dtype=bool), truncated, infos
+        terminated, ended = np.zeros(K, dtype=bool), {}
+        if team_may_fall or np.count_nonzero(truncated):
+            terminated, truncated, ended = self._episode_ends(ev, truncated, team_may_fall)
+        self.events = ev
+        rewards = np.add.reduce(self._coeffs * ev, axis=2).astype(np.float32)
+        infos = self._infos(was_alive)
+        for k, objectives in ended.items():
+            infos[k] = [
+                {"is_active": True, "true_objective": objectives[i], "team": self.team[i]}
+                for i in range(n)
+            ]
+            self._new_episode(k)
+        if ended:
+            return self._observations(), rewards, terminated, truncated, infos
+        obs = self._observations(spot=spot, pair=pair)  # nobody moved since the pairs
+        return obs, rewards, terminated, truncated, infos
+
+    def _episode_ends(
+        self, ev: np.ndarray, truncated: np.ndarray, team_may_fall: bool
+    ) -> tuple[np.ndarray, np.ndarray, dict[int, list[float]]]:
+        """Which copies end this step: terminated (K,), truncated (K,; not where terminated)
+        and {copy: every agent's true_objective} for those that end; adds the win and loss
+        events. `team_may_fall`: somebody may have been eliminated since every copy had both
+        teams standing."""
+        K, n = self.num_envs, self.num_agents
+        alive = self.alive
         if team_may_fall:
             self._teams_standing = True
             team_alive = np.logical_or.reduce(alive.reshape(K, 2, n // 2), axis=2)  # (K, team)
             terminated = ~np.logical_and.reduce(team_alive, axis=1)
-            truncated &= ~terminated
-            done = terminated | truncated
+            truncated = truncated & ~terminated
             decided = terminated & (team_alive[:, 0] != team_alive[:, 1])  # a side won
             winners = self._winners[team_alive[:, 1].astype(np.int64)]  # (K, n), if decided
         else:
             terminated = decided = np.zeros(K, dtype=bool)
             winners = None
-            done = truncated
         if np.count_nonzero(truncated):
             # at the time limit the side with more health left wins
             left = np.where(alive, self.health, 0).reshape(K, 2, n // 2).sum(axis=2)
@@ -511,27 +529,21 @@ class ArenaBatch(BatchedMultiAgentEnv):
         if np.count_nonzero(decided):
             ev[:, :, EV_WIN] += decided[:, None] & winners
             ev[:, :, EV_LOSS] += decided[:, None] & ~winners
-        done_copies = np.flatnonzero(done).tolist() if np.count_nonzero(done) else []
-        self.events = ev
-        rewards = np.add.reduce(self._coeffs * ev, axis=2).astype(np.float32)
-        infos = self._infos(was_alive)
-        for k in done_copies:
+        ended = {}
+        for k in np.flatnonzero(terminated | truncated).tolist():
             if decided[k]:
-                objectives = [1.0 if w else 0.0 for w in winners[k].tolist()]
+                ended[k] = [1.0 if w else 0.0 for w in winners[k].tolist()]
             else:
-                objectives = [0.5] * n
-            infos[k] = [
-                {"is_active": True, "true_objective": objectives[i], "team": self.team[i]}
-                for i in range(n)
-            ]
-            self._new_episode(k)
-        return self._observations(), rewards, terminated, truncated, infos
+                ended[k] = [0.5] * n
+        return terminated, truncated, ended
 
-    def _pairs(self) -> tuple[np.ndarray, np.ndarray]:
+    def _pairs(self, rows: Union[slice, np.ndarray] = slice(None)) -> tuple[np.ndarray, np.ndarray]:
         """`spot = cell * _SPOTS` (K, n) and `pair[k, i, o] = cell[k, i] * _SPOTS + cell[k, j]`
-        for every agent i and its o-th other agent j (teammates, then enemies), (K, n, n - 1)."""
-        spot = self.cell * _SPOTS
-        return spot, spot[:, :, None] + self.cell.take(self._others, axis=1)
+        for every agent i and its o-th other agent j (teammates, then enemies), (K, n, n - 1),
+        of the copies `rows` (all by default)."""
+        cell = self.cell[rows]
+        spot = cell * _SPOTS
+        return spot, spot[:, :, None] + cell.take(self._others, axis=1)
 
     def _check_actions(self, acts: np.ndarray) -> None:
         """Raise ValueError for an action outside [0, NUM_ACTIONS) of a living agent (before
@@ -692,8 +704,7 @@ class ArenaBatch(BatchedMultiAgentEnv):
         # other agents, through a (K, n, n - 1, OTHER_SIZE) view of their blocks
         blocks = obs[:, :, L.others : L.health_pickup].reshape(K, n, n - 1, L.OTHER_SIZE)
         if pair is None:
-            spot = cell * _SPOTS
-            pair = spot[:, :, None] + cell.take(self._others, axis=1)  # (K, n, n - 1)
+            spot, pair = self._pairs(rows)
         blocks[..., : L.O_HEALTH] = _GEOMETRY.take(pair, axis=0)
         looks *= 4
         other = _SIGHT_BASE.take(pair)

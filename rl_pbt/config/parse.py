@@ -194,11 +194,8 @@ def validate(cfg: Cfg, flags: Iterable[Flag] = FLAGS, evaluation: bool = False) 
             f"--pbt_perturb_max={cfg.pbt_perturb_max} must be >= "
             f"--pbt_perturb_min={cfg.pbt_perturb_min}"
         )
-    if (
-        cfg.with_pbt
-        and cfg.pbt_target_objective == "vs_snapshots"
-        and not (cfg.selfplay_snapshot_prob > 0)
-    ):
+    vs_snapshots = cfg.pbt_target_objective == "vs_snapshots"
+    if cfg.with_pbt and vs_snapshots and cfg.selfplay_snapshot_prob <= 0:
         raise ConfigError(
             "--pbt_target_objective=vs_snapshots ranks on games against frozen snapshots: "
             f"it needs --selfplay_snapshot_prob > 0 (got {cfg.selfplay_snapshot_prob})"
