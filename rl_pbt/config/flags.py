@@ -43,6 +43,19 @@ def positive_ints(v: Any) -> Optional[str]:
     return None if all(x > 0 for x in v) else "every layer size must be > 0"
 
 
+# Learning values a learner changes while it runs (PBT, --policy_values): everything else in
+# the config is fixed for the whole run.
+TUNED_HPARAMS = (
+    "learning_rate",
+    "exploration_loss_coeff",
+    "value_loss_coeff",
+    "max_grad_norm",
+    "ppo_clip_ratio",
+    "ppo_clip_value",
+    "gamma",
+)
+
+
 FLAGS: list[Flag] = [
     # --- experiment ---
     Flag("env", str, None, "environment name: a registered env or any gymnasium id", group="exp"),
@@ -275,6 +288,16 @@ FLAGS: list[Flag] = [
         group="learning",
     ),
     Flag("normalize_advantage", bool, True, "normalise advantages per minibatch", group="learning"),
+    Flag(
+        "policy_values",
+        str,
+        None,
+        "JSON file with one object per policy: the learning values and reward-shaping leaves "
+        "(rew.<key>) in which that policy differs from the defaults ({} keeps them all); keys "
+        "starting with _ are ignored. Without PBT a fixed, mixed population; with PBT the "
+        "members' starting values (a fresh run; a resumed one keeps its PBT state)",
+        group="learning",
+    ),
     # --- model ---
     Flag("use_rnn", bool, False, "GRU core after the encoder", group="model"),
     Flag("rnn_size", int, 512, "GRU hidden size", positive, group="model"),

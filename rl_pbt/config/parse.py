@@ -78,7 +78,8 @@ def build_parser(flags: Iterable[Flag]) -> argparse.ArgumentParser:
     return parser
 
 
-PRESET_FILE_FLAGS = ("pbt_search_space",)  # a relative path here is relative to the preset
+# file flags: a relative path in a preset is relative to the preset file
+PRESET_FILE_FLAGS = ("pbt_search_space", "policy_values")
 
 
 def load_preset(name_or_path: str) -> dict[str, Any]:
@@ -213,6 +214,15 @@ def validate(cfg: Cfg, flags: Iterable[Flag] = FLAGS, evaluation: bool = False) 
             )
     if cfg.pbt_search_space and not os.path.isfile(cfg.pbt_search_space):
         raise ConfigError(f"--pbt_search_space={cfg.pbt_search_space!r}: no such file")
+    if cfg.policy_values:
+        from rl_pbt.config.policy_values import load_policy_values  # imports this module
+
+        load_policy_values(cfg.policy_values, cfg.num_policies)
+        for other in ("pbt_init_random", "pbt_replay_lineage"):
+            if getattr(cfg, other):
+                raise ConfigError(
+                    f"--policy_values and --{other} both set the starting values: use one"
+                )
 
 
 def recurrence(cfg: Cfg) -> int:

@@ -16,6 +16,7 @@ from typing import Optional
 import torch
 from torch import nn
 
+from rl_pbt.config.flags import TUNED_HPARAMS
 from rl_pbt.config.parse import recurrence
 from rl_pbt.learning.advantages import gae, vtrace
 from rl_pbt.learning.losses import (
@@ -29,16 +30,6 @@ from rl_pbt.memory.buffers import LEARNER, QUEUED, TrajectoryBuffers
 from rl_pbt.memory.param_store import ParamStore, flat_state_size, flatten_state, unflatten_state
 from rl_pbt.memory.slots import SlotPool
 from rl_pbt.models.actor_critic import ActorCritic
-
-TUNED_HPARAMS = (
-    "learning_rate",
-    "exploration_loss_coeff",
-    "value_loss_coeff",
-    "max_grad_norm",
-    "ppo_clip_ratio",
-    "ppo_clip_value",
-    "gamma",
-)
 
 
 def default_hparams(cfg) -> dict[str, float]:

@@ -81,6 +81,7 @@ class PBTManager:
         default_shaping: Optional[dict],
         exp_dir: str,
         seed: Optional[int] = None,
+        initial_values: Optional[list[dict[str, float]]] = None,
     ):
         if num_policies < 1:
             raise ValueError(f"PBT needs at least one policy, got num_policies={num_policies}")
@@ -142,6 +143,8 @@ class PBTManager:
                 self._windows.append(deque(maxlen=self.window))
             if getattr(cfg, "pbt_init_random", False):
                 self._init_random()
+            if initial_values is not None:
+                self._set_initial_values(initial_values)
             self._refresh_shaping()
             self._write_policy_files(range(num_policies))
             for p in range(num_policies):
@@ -151,6 +154,20 @@ class PBTManager:
                     make_event(p, "init", 0, {k: [None, v] for k, v in values.items()}),
                 )
             self.save()
+
+    def _set_initial_values(self, initial_values: list[dict[str, float]]) -> None:
+        """Members start from their own values (--policy_values): learning values and flat
+        shaping leaves that replace the defaults, one dict per policy."""
+        if len(initial_values) != self.num_policies:
+            raise ValueError(
+                f"{len(initial_values)} sets of starting values for {self.num_policies} policies"
+            )
+        for p, values in enumerate(initial_values):
+            for name, value in values.items():
+                target = self._shaping_flat[p] if is_shaping_key(name) else self.hparams[p]
+                if target is None or name not in target:
+                    raise ValueError(f"policy {p}: {name!r} is not a tuned value or shaping leaf")
+                target[name] = value
 
     def _init_random(self) -> None:
         """Spread the starting population over the prior: every member but the reference

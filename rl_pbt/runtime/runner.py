@@ -13,11 +13,18 @@ import shutil
 import sys
 import time
 from functools import partial
+from typing import Optional
 
 import numpy as np
 import torch
 
 from rl_pbt.config.parse import Cfg, ConfigError, experiment_dir, recurrence, save_cfg
+from rl_pbt.config.policy_values import (
+    check_shaping_keys,
+    describe_values,
+    load_policy_values,
+    split_values,
+)
 from rl_pbt.envs.registry import has_batched_env, make_env, make_env_batch, registry_snapshot
 from rl_pbt.envs.wrappers import as_multiagent, reward_shaping_target
 from rl_pbt.learning.learner import Learner, default_hparams, transfer_size
@@ -28,6 +35,7 @@ from rl_pbt.memory.buffers import TrajectoryBuffers, num_slots_needed
 from rl_pbt.memory.param_store import ParamStore, flat_state_size
 from rl_pbt.memory.slots import SlotPool
 from rl_pbt.models.actor_critic import make_actor_critic
+from rl_pbt.pbt.search_space import flatten_shaping, unflatten_shaping
 from rl_pbt.runtime import heartbeat as hb
 from rl_pbt.runtime.devices import describe, device_map, visible_gpu_count
 from rl_pbt.runtime.messages import (
@@ -106,6 +114,10 @@ class Runner:
         target = reward_shaping_target(probe)
         self.default_shaping = target.get_default_reward_shaping() if target else None
         probe.close()
+        self.policy_values = None  # per-policy starting values (--policy_values)
+        if cfg.policy_values:
+            self.policy_values = load_policy_values(cfg.policy_values, cfg.num_policies)
+            check_shaping_keys(self.policy_values, flatten_shaping(self.default_shaping), cfg.env)
 
         template = self.make_model()
         _warm_up_imports(template)
@@ -190,6 +202,7 @@ class Runner:
             self.default_shaping,
             self.exp_dir,
             seed=self.cfg.seed,
+            initial_values=self.policy_values,
         )
 
     def _elo_path(self) -> str:
@@ -203,10 +216,23 @@ class Runner:
                 self.learner_queues[p].put(ApplyPBT(p, None, dict(self.pbt.hparams[p])))
                 shaping = self.pbt.shaping[p]
             else:
-                shaping = self.default_shaping
+                hparams, shaping = self._fixed_values(p)
+                if hparams:
+                    self.learner_queues[p].put(ApplyPBT(p, None, hparams))
             if shaping is not None:
                 for q in self.worker_queues:
                     q.put(SetRewardShaping(p, shaping))
+
+    def _fixed_values(self, p: int) -> tuple[dict[str, float], Optional[dict]]:
+        """Without PBT: the learning values policy p installs over the config's (none: empty)
+        and its reward shaping, from --policy_values where that names any."""
+        if not self.policy_values:
+            return {}, self.default_shaping
+        learning, shaping_flat = split_values(self.policy_values[p])
+        if not shaping_flat:
+            return learning, self.default_shaping
+        flat = {**flatten_shaping(self.default_shaping), **shaping_flat}
+        return learning, unflatten_shaping(flat, self.default_shaping)
 
     def run(self) -> int:
         cfg = self.cfg
@@ -217,6 +243,10 @@ class Runner:
         )
         if cfg.with_pbt and self.default_shaping is not None:
             log(f"PBT reward shaping defaults: {self.default_shaping}")
+        if self.policy_values is not None:
+            what = "starting values (a fresh run)" if cfg.with_pbt else "values"
+            values = describe_values(self.policy_values)
+            log(f"per-policy {what} from {cfg.policy_values}: {values}")
         if cfg.with_pbt and self.pbt is not None:  # not a lineage replay
             tuned = ", ".join(self.pbt.space) or "nothing"
             log(f"PBT search space: {tuned}")

@@ -1,12 +1,14 @@
 """Serial mode: rollout -> learner through the real components, in one process."""
 
+import json
+
 import numpy as np
 import pytest
 
 from rl_pbt import parse_cfg, register_env
 from rl_pbt.learning.learner import Learner
 from rl_pbt.learning.learner_process import LearnerHost
-from rl_pbt.runtime.messages import SetRewardShaping
+from rl_pbt.runtime.messages import SetRewardShaping, drain
 from rl_pbt.runtime.runner import Runner, _MergedQueue
 from tests.scripted_envs import TaggedBatch, TaggedMultiAgentEnv
 
@@ -175,3 +177,27 @@ def test_reward_shaping_reaches_envs_before_next_episode(tmp_path, env):
         for agent, p in enumerate(seats):
             assert env.bonus[agent] == (5.0 if p == 1 else 0.0)
     assert seen > 0
+
+
+def test_policy_values_reach_learners_and_envs_without_pbt(tmp_path):
+    ENVS.clear()
+    values = tmp_path / "values.json"
+    values.write_text(json.dumps([{}, {"rew.bonus": 5.0}, {"learning_rate": 0.003}]))
+    cfg, runner, host, workers, _, seats_log = build(tmp_path, [f"--policy_values={values}"])
+    runner._initial_messages()  # what _run_serial and _run_parallel send first
+    for _ in range(120):  # every env finishes at least one episode (<= 40 steps)
+        for w, worker in enumerate(workers):
+            for msg in drain(runner.worker_queues[w]):
+                worker.handle(msg)
+            worker.step()
+        host.poll(timeout=0.0)
+    rates = [host.learners[p].hp["learning_rate"] for p in range(3)]
+    assert rates == [cfg.learning_rate, cfg.learning_rate, 0.003]
+    assert host.learners[2].optimizer.param_groups[0]["lr"] == 0.003
+    shaped = 0
+    for env in ENVS.values():
+        seats = seats_log[(env.env_id, env.episode)]
+        for agent, p in enumerate(seats):
+            assert env.bonus[agent] == (5.0 if p == 1 else 0.0)
+            shaped += p == 1
+    assert shaped > 0  # some seat of a current episode is policy 1's
