@@ -14,14 +14,22 @@ its own population, which in a PBT population is largely one family. The two pic
 random player; the pairing of the two training-Elo bests is printed too, and the mean score of
 the PBT members against the no-PBT members in the round robin.
 
-    python benchmarks/arena_population.py                  # 8 members, 500k frames each
+With `--null`, a second no-PBT population (seed + 100) goes through the same comparison with
+the first: the spread of that figure is what chance alone gives on this game. A single pairing
+of two members is decided largely by which styles meet (the arena is strongly non-transitive at
+these budgets), so compare the PBT figure with the null one over several seeds.
+
+    python benchmarks/arena_population.py --seeds 1 2 3 --null   # 8 members, 500k frames each
+    python benchmarks/arena_population.py --seeds 1 2 --null --steps 2000000 --period 100000
     python benchmarks/arena_population.py --policies 4 --steps 200000 --games 200
-    # the README's setting (snapshot opponents in both, one replacement per round)
-    python benchmarks/arena_population.py --seed 2 --pbt_flags=--pbt_replace_fraction=0.125 \
+    # snapshot opponents in both, one replacement per round
+    python benchmarks/arena_population.py --seeds 2 --pbt_flags=--pbt_replace_fraction=0.125 \
         --tag rf125 --flags "--selfplay_snapshot_prob=0.25 \
         --selfplay_snapshot_every_env_steps=100000 --selfplay_snapshot_pool_size=24"
 
-Prints the win rate of PBT's best against no-PBT's best (draw = 0.5). Goal: above 0.6.
+Prints the win rate of PBT's best against no-PBT's best (draw = 0.5) per seed, the mean score
+of the PBT members against the no-PBT members, the same two for the null, and a summary.
+Goal: PBT's best above 0.6.
 """
 
 from __future__ import annotations
@@ -31,7 +39,6 @@ import json
 import os
 import sys
 import time
-from types import SimpleNamespace
 
 import numpy as np
 import torch
@@ -39,12 +46,11 @@ import torch
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 
-from runs import train_run  # noqa: E402
+from runs import arena_cross_play, train_run  # noqa: E402
 
-from launch.match import cross_play, make_batch_env, make_batch_player  # noqa: E402
-from rl_pbt.envs.registry import make_env  # noqa: E402
-from rl_pbt.envs.wrappers import as_multiagent  # noqa: E402
 from rl_pbt.sampling.elo import EloRatings  # noqa: E402
+
+DEFAULT_STEPS = 500_000
 
 
 def flags_slug(flags: str) -> str:
@@ -52,7 +58,7 @@ def flags_slug(flags: str) -> str:
     return "_".join(f.lstrip("-").replace("=", "") for f in flags.split())
 
 
-def train(args, pbt: bool) -> str:
+def train(args, seed: int, pbt: bool) -> str:
     kind = "nopbt"
     if args.flags:
         kind += "_" + flags_slug(args.flags)
@@ -64,7 +70,9 @@ def train(args, pbt: bool) -> str:
             kind += "_" + os.path.splitext(os.path.basename(args.search_space))[0]
         if args.tag:
             kind += "_" + args.tag
-    exp = f"arena_{kind}_s{args.seed}"
+    if args.steps != DEFAULT_STEPS:
+        kind += f"_{args.steps // 1000}k"
+    exp = f"arena_{kind}_s{seed}"
     done = os.path.join(args.train_dir, exp, "summary.json")
     if args.reuse and os.path.isfile(done):
         print(f"  {exp}: reusing the finished run in {args.train_dir}", flush=True)
@@ -73,7 +81,7 @@ def train(args, pbt: bool) -> str:
         "--env=arena_duel",
         f"--num_policies={args.policies}",
         f"--train_for_env_steps={args.steps}",
-        f"--seed={args.seed}",
+        f"--seed={seed}",
         "--restart_behavior=overwrite",
         "--status_interval=30",
         "--save_every_sec=100000",
@@ -99,20 +107,46 @@ def train(args, pbt: bool) -> str:
     return exp
 
 
-def best_member(args, exp: str) -> int:
+def elo_best(args, exp: str) -> str:
+    """The member with the highest training Elo (elo.json), as EXPERIMENT:pN."""
     with open(os.path.join(args.train_dir, exp, "elo.json")) as f:
         elo = EloRatings.from_dict(json.load(f))
     live = {int(k): elo.rating(k) for k in elo.keys() if str(k).isdigit()}
-    best = max(live, key=live.get)
-    ranked = ", ".join(f"p{p} {r:.0f}" for p, r in sorted(live.items(), key=lambda kv: -kv[1]))
-    print(f"  {exp} Elo: {ranked}")
-    return best
+    return f"{exp}:p{max(live, key=live.get)}"
+
+
+def compare(args, exp_a: str, exp_b: str, seed: int, names=("PBT", "no-PBT")) -> dict:
+    """Round robin of the members of both populations (the same opponents for everyone, as
+    they are now); each population's best plays the other's `--games` new games. Returns
+    {"best": A best vs B best, "mean": A members vs B members (mean of the PxP pairings)}."""
+    P = args.policies
+    members = [f"{exp}:p{p}" for exp in (exp_a, exp_b) for p in range(P)]
+    start = time.monotonic()
+    rr = arena_cross_play(args.train_dir, members, args.rr_games, args.num_envs, seed)
+    score = np.nanmean(rr, axis=1)
+    best = [members[int(np.argmax(score[:P]))], members[P + int(np.argmax(score[P:]))]]
+    mean = float(np.mean(rr[:P, P:]))
+    print(
+        f"\n{names[0]} vs {names[1]}: round robin of the {2 * P} members, {args.rr_games} games "
+        f"per pairing ({time.monotonic() - start:,.0f} s); mean score against the other "
+        f"{2 * P - 1}:"
+    )
+    for label, rows in ((names[0], range(P)), (names[1], range(P, 2 * P))):
+        print(f"  {label:6s} " + ", ".join(f"p{r % P} {score[r]:.3f}" for r in rows))
+    print(f"  {names[0]} members vs {names[1]} members, mean of the {P}x{P} pairings: {mean:.3f}")
+    table = arena_cross_play(args.train_dir, best + ["random"], args.games, args.num_envs, seed)
+    print(
+        f"  {args.games} new games, draw = 0.5: {names[0]} best ({best[0]}) vs {names[1]} best "
+        f"({best[1]}): {table[0, 1]:.3f}"
+    )
+    print(f"  bests vs random: {table[0, 2]:.3f}, {table[1, 2]:.3f}", flush=True)
+    return {"best": float(table[0, 1]), "mean": mean, "picks": best}
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--policies", type=int, default=8)
-    parser.add_argument("--steps", type=int, default=500_000, help="env frames per member")
+    parser.add_argument("--steps", type=int, default=DEFAULT_STEPS, help="env frames per member")
     parser.add_argument("--period", type=int, default=50_000, help="PBT period, frames")
     parser.add_argument(
         "--games", type=int, default=400, help="games between the two best members (and random)"
@@ -124,7 +158,13 @@ def main() -> None:
         help="games per pairing in the round robin that picks each population's best",
     )
     parser.add_argument("--num_envs", type=int, default=100, help="games played at once")
-    parser.add_argument("--seed", type=int, default=1)
+    parser.add_argument("--seeds", type=int, nargs="+", default=[1])
+    parser.add_argument(
+        "--null",
+        action="store_true",
+        help="also train a second no-PBT population per seed (seed + 100) and put the two "
+        "no-PBT populations through the same comparison: what no difference looks like",
+    )
     parser.add_argument(
         "--target",
         default="true_objective",
@@ -142,7 +182,7 @@ def main() -> None:
     parser.add_argument(
         "--flags",
         default="",
-        help="more training flags for both runs, e.g. '--selfplay_snapshot_prob=0.25'",
+        help="more training flags for every run, e.g. '--selfplay_snapshot_prob=0.25'",
     )
     parser.add_argument("--tag", default="", help="added to the PBT run's experiment name")
     parser.add_argument(
@@ -154,57 +194,30 @@ def main() -> None:
     os.makedirs(args.train_dir, exist_ok=True)
     torch.set_num_threads(1)  # small batches: more threads only contend for the cores
 
-    pbt_exp, plain_exp = train(args, pbt=True), train(args, pbt=False)
-    elo_best = [f"{pbt_exp}:p{best_member(args, pbt_exp)}"]
-    elo_best.append(f"{plain_exp}:p{best_member(args, plain_exp)}")
+    results, nulls = [], []
+    for seed in args.seeds:
+        print(f"\n=== seed {seed}", flush=True)
+        pbt_exp, plain_exp = train(args, seed, pbt=True), train(args, seed, pbt=False)
+        result = compare(args, pbt_exp, plain_exp, seed)
+        by_elo = [elo_best(args, pbt_exp), elo_best(args, plain_exp)]
+        if by_elo != result["picks"]:
+            table = arena_cross_play(args.train_dir, by_elo, args.games, args.num_envs, seed)
+            print(f"  by training Elo instead: {by_elo[0]} vs {by_elo[1]}: {table[0, 1]:.3f}")
+        results.append(result)
+        if args.null:
+            other = train(args, seed + 100, pbt=False)
+            nulls.append(compare(args, plain_exp, other, seed, names=("no-PBT", "no-PBT'")))
 
-    env = as_multiagent(
-        make_env("arena_duel", None, {"worker_index": 0, "vector_index": 0, "env_id": 12345})
-    )
-    batch_env = make_batch_env("arena_duel", args.num_envs, args.seed)
-    match_args = SimpleNamespace(
-        train_dir=args.train_dir, experiment=pbt_exp, env="arena_duel", deterministic=False
-    )
-    members = [f"{exp}:p{p}" for exp in (pbt_exp, plain_exp) for p in range(args.policies)]
-    players = members + ["random"]
-    factories = {m: make_batch_player(m, env, match_args, 100 + k) for k, m in enumerate(players)}
-
-    def pairings(players: list[str], games: int) -> np.ndarray:
-        table, _ = cross_play(env, players, factories, games, 10**8, batch_env=batch_env)
-        return table
-
-    # round robin of all members of both populations: each member's mean score against the
-    # other 2 * policies - 1 (the same opponents for everyone, most of them outside its own
-    # population, all of them as they are now, unlike the training Elo)
-    start = time.monotonic()
-    rr = pairings(members, args.rr_games)
-    score = np.nanmean(rr, axis=1)
-    P = args.policies
-    best = [int(np.argmax(score[:P])), P + int(np.argmax(score[P:]))]
-    print(
-        f"\nround robin of the {2 * P} members, {args.rr_games} games per pairing "
-        f"({time.monotonic() - start:,.0f} s); mean score against the other {2 * P - 1}:"
-    )
-    for label, rows in (("PBT", range(P)), ("no-PBT", range(P, 2 * P))):
-        print(f"  {label:6s} " + ", ".join(f"p{r % P} {score[r]:.3f}" for r in rows))
-    print(
-        f"  PBT members vs no-PBT members, mean of the {P}x{P} pairings: {np.mean(rr[:P, P:]):.3f}"
-    )
-
-    print(f"\n{args.games} new games per pairing, draw = 0.5, row player's win rate:")
-    final = [members[best[0]], members[best[1]], "random"]
-    table = pairings(final, args.games)
-    print(f"  PBT best ({final[0]}) vs no-PBT best ({final[1]}): {table[0, 1]:.3f}")
-    print(f"  PBT best vs random: {table[0, 2]:.3f}; no-PBT best vs random: {table[1, 2]:.3f}")
-    if elo_best != final[:2]:
-        table = pairings(elo_best, args.games)
+    print(f"\nsummary, {args.policies} members x {args.steps:,} frames, seeds {args.seeds}:")
+    for label, rows in (("PBT vs no-PBT", results), ("no-PBT vs no-PBT' (null)", nulls)):
+        if not rows:
+            continue
+        bests = ", ".join(f"{r['best']:.3f}" for r in rows)
+        means = ", ".join(f"{r['mean']:.3f}" for r in rows)
         print(
-            f"  by training Elo instead: PBT best ({elo_best[0]}) vs no-PBT best "
-            f"({elo_best[1]}): {table[0, 1]:.3f}"
+            f"  {label}: best vs best {bests} (mean {np.mean([r['best'] for r in rows]):.3f}); "
+            f"members vs members {means} (mean {np.mean([r['mean'] for r in rows]):.3f})"
         )
-    else:
-        print("  (the training Elo picks the same two members)")
-    env.close()
 
 
 if __name__ == "__main__":

@@ -1,4 +1,5 @@
-"""Shared by the benchmark scripts: run one training command with its output in a log file."""
+"""Shared by the benchmark scripts: run one training command with its output in a log file;
+play arena matches between trained members and baselines."""
 
 from __future__ import annotations
 
@@ -36,3 +37,26 @@ def train_run(flags: list[str], train_dir: str, experiment: str, echo: bool = Fa
     run_logged(cmd, os.path.join(train_dir, f"{experiment}.log"), experiment)
     with open(os.path.join(train_dir, experiment, "summary.json")) as f:
         return json.load(f)
+
+
+def arena_cross_play(train_dir: str, players: list[str], games: int, num_envs: int, seed: int):
+    """Every pairing of `players` (`EXPERIMENT:pN`, `random`, `chaser`) plays `games` games of
+    `arena_duel`, half on each side, `num_envs` at a time in the batched arena: the row player's
+    score table (1 win, 0.5 draw, 0 loss; NaN on the diagonal)."""
+    from types import SimpleNamespace
+
+    from launch.match import cross_play, make_batch_env, make_batch_player
+    from rl_pbt.envs.registry import make_env
+    from rl_pbt.envs.wrappers import as_multiagent
+
+    env = as_multiagent(
+        make_env("arena_duel", None, {"worker_index": 0, "vector_index": 0, "env_id": 12345})
+    )
+    batch_env = make_batch_env("arena_duel", num_envs, seed)
+    args = SimpleNamespace(
+        train_dir=train_dir, experiment=None, env="arena_duel", deterministic=False
+    )
+    factories = {p: make_batch_player(p, env, args, 100 + k) for k, p in enumerate(players)}
+    table, _ = cross_play(env, players, factories, games, 10**8, batch_env=batch_env)
+    env.close()
+    return table
