@@ -22,6 +22,8 @@ these budgets), so compare the PBT figure with the null one over several seeds.
     python benchmarks/arena_population.py --seeds 1 2 3 --null   # 8 members, 500k frames each
     python benchmarks/arena_population.py --seeds 1 2 --null --steps 2000000 --period 100000
     python benchmarks/arena_population.py --policies 4 --steps 200000 --games 200
+    # two finished populations, e.g. 2M frames per member against 500k (same seed)
+    python benchmarks/arena_population.py --versus arena_nopbt_2000k_s1 arena_nopbt_s1
     # snapshot opponents in both, one replacement per round
     python benchmarks/arena_population.py --seeds 2 --pbt_flags=--pbt_replace_fraction=0.125 \
         --tag rf125 --flags "--selfplay_snapshot_prob=0.25 \
@@ -186,6 +188,14 @@ def main() -> None:
     )
     parser.add_argument("--tag", default="", help="added to the PBT run's experiment name")
     parser.add_argument(
+        "--versus",
+        nargs=2,
+        metavar=("EXP_A", "EXP_B"),
+        default=None,
+        help="train nothing: put two finished populations in --train_dir through the same "
+        "comparison (e.g. one trained longer than the other, for scale)",
+    )
+    parser.add_argument(
         "--reuse",
         action="store_true",
         help="skip training a population whose run in --train_dir has finished (same flags)",
@@ -193,6 +203,10 @@ def main() -> None:
     args = parser.parse_args()
     os.makedirs(args.train_dir, exist_ok=True)
     torch.set_num_threads(1)  # small batches: more threads only contend for the cores
+
+    if args.versus:
+        compare(args, *args.versus, args.seeds[0], names=("A", "B"))
+        return
 
     results, nulls = [], []
     for seed in args.seeds:
