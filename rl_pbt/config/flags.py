@@ -294,8 +294,9 @@ FLAGS: list[Flag] = [
         None,
         "JSON file with one object per policy: the learning values and reward-shaping leaves "
         "(rew.<key>) in which that policy differs from the defaults ({} keeps them all); keys "
-        "starting with _ are ignored. Without PBT a fixed, mixed population; with PBT the "
-        "members' starting values (a fresh run; a resumed one keeps its PBT state)",
+        "starting with _ are ignored. Without PBT a fixed, mixed population (name the file "
+        "again when resuming); with PBT the members' starting values, policy 0 included (a "
+        "fresh run; a resumed one keeps its PBT state)",
         group="learning",
     ),
     # --- model ---

@@ -121,9 +121,6 @@ class PBTManager:
         self.space, notes = build_search_space(
             base_hparams, base_shaping, bool(getattr(cfg, "pbt_optimize_gamma", False)), overrides
         )
-        self.space_notes = notes  # worth one console line each (the runner prints them)
-        for note in notes:
-            log.info("PBT search space: %s", note)
 
         self.hparams: list[dict[str, Any]] = []
         self._shaping_flat: list[Optional[dict[str, float]]] = []
@@ -132,7 +129,8 @@ class PBTManager:
         self._windows: list[deque] = []
         self.rng = np.random.default_rng(seed if seed is not None else getattr(cfg, "seed", None))
 
-        if os.path.isfile(self.state_path):
+        self.restored = os.path.isfile(self.state_path)  # a resumed run: its own values hold
+        if self.restored:
             self._restore(read_json(self.state_path), base_hparams, base_shaping)
             self._write_policy_files(range(num_policies))
         else:
@@ -154,6 +152,29 @@ class PBTManager:
                     make_event(p, "init", 0, {k: [None, v] for k, v in values.items()}),
                 )
             self.save()
+        notes += self._fit_bounds_to_members(overrides)
+        self.space_notes = notes  # worth one console line each (the runner prints them)
+        for note in notes:
+            log.info("PBT search space: %s", note)
+
+    def _fit_bounds_to_members(self, overrides: dict) -> list[str]:
+        """Members may hold values the defaults do not (--policy_values starts, or such a
+        start restored): built-in bounds stretch to include them, as they do for the defaults;
+        a bound given in the search-space file is kept, with a note naming who starts outside."""
+        notes = []
+        for name, spec in list(self.space.items()):
+            held = {p: self._values(p).get(name) for p in range(self.num_policies)}
+            outside = [p for p, v in held.items() if v is not None and not spec.contains(v)]
+            if not outside:
+                continue
+            if name in overrides:
+                who = ", ".join(f"p{p}" for p in outside)
+                notes.append(f"{name} of {who} starts outside its search space; explore clips it")
+                continue
+            for p in outside:
+                spec = spec.widened_to(float(held[p]))
+            self.space[name] = spec
+        return notes
 
     def _set_initial_values(self, initial_values: list[dict[str, float]]) -> None:
         """Members start from their own values (--policy_values): learning values and flat

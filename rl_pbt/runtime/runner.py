@@ -98,14 +98,7 @@ def _make_env_batch_for(cfg: Cfg, env_configs: list[dict]):
 class Runner:
     def __init__(self, cfg: Cfg):
         self.cfg = cfg
-        self.exp_dir, self.resuming = prepare_experiment_dir(cfg)
-        save_cfg(cfg, os.path.join(self.exp_dir, "config.json"))
-        if cfg.seed is not None:
-            torch.manual_seed(cfg.seed)
-        self.num_policies = cfg.num_policies
-        num_gpus = 0 if cfg.serial_mode else visible_gpu_count(cfg.device)
-        self.device_of = device_map(cfg.num_policies, num_gpus, cfg.device)
-
+        # what the env is, before anything is written: a config error leaves the folder alone
         probe = as_multiagent(
             make_env(cfg.env, cfg, {"worker_index": -1, "vector_index": 0, "env_id": 0})
         )
@@ -118,6 +111,20 @@ class Runner:
         if cfg.policy_values:
             self.policy_values = load_policy_values(cfg.policy_values, cfg.num_policies)
             check_shaping_keys(self.policy_values, flatten_shaping(self.default_shaping), cfg.env)
+        self.use_snapshots = cfg.selfplay_snapshot_prob > 0 and self.num_agents > 1
+        if cfg.with_pbt and cfg.pbt_target_objective == "vs_snapshots" and not self.use_snapshots:
+            raise ConfigError(
+                "--pbt_target_objective=vs_snapshots ranks on games against frozen snapshots: "
+                f"it needs a multi-agent env, and --env={cfg.env} has one agent"
+            )
+
+        self.exp_dir, self.resuming = prepare_experiment_dir(cfg)
+        save_cfg(cfg, os.path.join(self.exp_dir, "config.json"))
+        if cfg.seed is not None:
+            torch.manual_seed(cfg.seed)
+        self.num_policies = cfg.num_policies
+        num_gpus = 0 if cfg.serial_mode else visible_gpu_count(cfg.device)
+        self.device_of = device_map(cfg.num_policies, num_gpus, cfg.device)
 
         template = self.make_model()
         _warm_up_imports(template)
@@ -132,12 +139,6 @@ class Runner:
             template.rnn_size,
             recurrence(cfg),
         )
-        self.use_snapshots = cfg.selfplay_snapshot_prob > 0 and self.num_agents > 1
-        if cfg.with_pbt and cfg.pbt_target_objective == "vs_snapshots" and not self.use_snapshots:
-            raise ConfigError(
-                "--pbt_target_objective=vs_snapshots ranks on games against frozen snapshots: "
-                f"it needs a multi-agent env, and --env={cfg.env} has one agent"
-            )
         rows = cfg.num_policies + (cfg.selfplay_snapshot_pool_size if self.use_snapshots else 0)
         self.params = ParamStore(rows, flat_state_size(template), transfer_size(template))
         self.free_queue = make_queue(cfg.serial_mode, max_size_bytes=4_000_000)
@@ -210,29 +211,26 @@ class Runner:
 
     # --- start ------------------------------------------------------------------------------
     def _initial_messages(self) -> None:
-        """Current hyperparameters and shaping (from PBT state on resume) to every component."""
+        """Current learning values (PBT state on resume, --policy_values) to every learner;
+        the workers were built knowing each policy's shaping (`_policy_shaping`)."""
         for p in range(self.num_policies):
             if self.pbt is not None:
-                self.learner_queues[p].put(ApplyPBT(p, None, dict(self.pbt.hparams[p])))
-                shaping = self.pbt.shaping[p]
+                hparams = dict(self.pbt.hparams[p])
             else:
-                hparams, shaping = self._fixed_values(p)
-                if hparams:
-                    self.learner_queues[p].put(ApplyPBT(p, None, hparams))
-            if shaping is not None:
-                for q in self.worker_queues:
-                    q.put(SetRewardShaping(p, shaping))
+                hparams = split_values(self.policy_values[p])[0] if self.policy_values else {}
+            if hparams:
+                self.learner_queues[p].put(ApplyPBT(p, None, hparams))
 
-    def _fixed_values(self, p: int) -> tuple[dict[str, float], Optional[dict]]:
-        """Without PBT: the learning values policy p installs over the config's (none: empty)
-        and its reward shaping, from --policy_values where that names any."""
-        if not self.policy_values:
-            return {}, self.default_shaping
-        learning, shaping_flat = split_values(self.policy_values[p])
+    def _policy_shaping(self, p: int) -> Optional[dict]:
+        """Policy p's reward shaping now: PBT's (restored on resume), else the defaults with
+        --policy_values' shaping leaves for p on top."""
+        if self.pbt is not None:
+            return self.pbt.shaping[p]
+        shaping_flat = split_values(self.policy_values[p])[1] if self.policy_values else {}
         if not shaping_flat:
-            return learning, self.default_shaping
+            return self.default_shaping
         flat = {**flatten_shaping(self.default_shaping), **shaping_flat}
-        return learning, unflatten_shaping(flat, self.default_shaping)
+        return unflatten_shaping(flat, self.default_shaping)
 
     def run(self) -> int:
         cfg = self.cfg
@@ -244,9 +242,13 @@ class Runner:
         if cfg.with_pbt and self.default_shaping is not None:
             log(f"PBT reward shaping defaults: {self.default_shaping}")
         if self.policy_values is not None:
-            what = "starting values (a fresh run)" if cfg.with_pbt else "values"
             values = describe_values(self.policy_values)
-            log(f"per-policy {what} from {cfg.policy_values}: {values}")
+            if not cfg.with_pbt:
+                log(f"per-policy values from {cfg.policy_values}: {values}")
+            elif self.pbt is not None and self.pbt.restored:
+                log(f"{cfg.policy_values} not used: the PBT state of the run is restored")
+            else:
+                log(f"per-policy starting values from {cfg.policy_values}: {values}")
         if cfg.with_pbt and self.pbt is not None:  # not a lineage replay
             tuned = ", ".join(self.pbt.space) or "nothing"
             log(f"PBT search space: {tuned}")
@@ -294,6 +296,7 @@ class Runner:
                 if cfg.batched_envs and has_batched_env(cfg.env)
                 else None
             ),
+            initial_shaping={p: self._policy_shaping(p) for p in range(cfg.num_policies)},
         )
         worker.snapshot_store = worker_snapshots
         worker.ratings = ratings

@@ -58,6 +58,7 @@ class RolloutWorker:
         should_stop: Callable[[], bool] = lambda: False,
         blocking: bool = True,
         make_env_batch: Optional[Callable[[list[dict]], Any]] = None,
+        initial_shaping: Optional[dict[int, dict]] = None,
     ):
         self.cfg = cfg
         self.idx = worker_idx
@@ -142,7 +143,11 @@ class RolloutWorker:
         self.parked: dict[int, list[tuple[int, int]]] = {}  # policy -> [(slot, steps used)]
         self.ep_return = np.zeros(n_act)
         self.ep_len = np.zeros(n_act, dtype=np.int64)
-        self.shaping: dict[int, dict] = {}
+        # each policy's reward shaping (PBT values, --policy_values), known before the first
+        # reset so that the first episodes already play with it; None or absent: the defaults
+        self.shaping: dict[int, dict] = {
+            p: s for p, s in (initial_shaping or {}).items() if s is not None
+        }
         self.installed_shaping: dict[int, int] = {}  # actor -> id() of the installed dict
         self.episodes: list[EpisodeStats] = []
         self.matches: list[MatchResult] = []

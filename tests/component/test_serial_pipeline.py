@@ -182,8 +182,15 @@ def test_reward_shaping_reaches_envs_before_next_episode(tmp_path, env):
 def test_policy_values_reach_learners_and_envs_without_pbt(tmp_path):
     ENVS.clear()
     values = tmp_path / "values.json"
-    values.write_text(json.dumps([{}, {"rew.bonus": 5.0}, {"learning_rate": 0.003}]))
+    values.write_text(json.dumps([{}, {"rew.bonus": 5.0}, {"learning_rate": 0.003, "gamma": 0.95}]))
     cfg, runner, host, workers, _, seats_log = build(tmp_path, [f"--policy_values={values}"])
+    # the first episodes already play with the values: workers know them before any reset
+    first = 0
+    for env in ENVS.values():
+        for agent, p in enumerate(seats_log[(env.env_id, 0)]):
+            assert env.bonus[agent] == (5.0 if p == 1 else 0.0)
+            first += p == 1
+    assert first > 0
     runner._initial_messages()  # what _run_serial and _run_parallel send first
     for _ in range(120):  # every env finishes at least one episode (<= 40 steps)
         for w, worker in enumerate(workers):
@@ -193,6 +200,7 @@ def test_policy_values_reach_learners_and_envs_without_pbt(tmp_path):
         host.poll(timeout=0.0)
     rates = [host.learners[p].hp["learning_rate"] for p in range(3)]
     assert rates == [cfg.learning_rate, cfg.learning_rate, 0.003]
+    assert [host.learners[p].hp["gamma"] for p in range(3)] == [cfg.gamma, cfg.gamma, 0.95]
     assert host.learners[2].optimizer.param_groups[0]["lr"] == 0.003
     shaped = 0
     for env in ENVS.values():
@@ -201,3 +209,19 @@ def test_policy_values_reach_learners_and_envs_without_pbt(tmp_path):
             assert env.bonus[agent] == (5.0 if p == 1 else 0.0)
             shaped += p == 1
     assert shaped > 0  # some seat of a current episode is policy 1's
+
+
+def test_pbt_members_start_from_policy_values(tmp_path):
+    ENVS.clear()
+    values = tmp_path / "values.json"
+    values.write_text(json.dumps([{}, {"rew.bonus": 2.0, "learning_rate": 0.002}, {}]))
+    flags = [f"--policy_values={values}", "--with_pbt", "--pbt_start_mutation=1000000"]
+    cfg, runner, host, workers, _, seats_log = build(tmp_path, flags)
+    assert runner.pbt.hparams[1]["learning_rate"] == 0.002
+    assert runner.pbt.shaping[1] == {"bonus": 2.0} and runner.pbt.shaping[2] == {"bonus": 0.0}
+    for env in ENVS.values():  # the first episodes play with the starting shaping
+        for agent, p in enumerate(seats_log[(env.env_id, 0)]):
+            assert env.bonus[agent] == (2.0 if p == 1 else 0.0)
+    runner._initial_messages()
+    host.poll(timeout=0.0)
+    assert host.learners[1].hp["learning_rate"] == 0.002

@@ -132,3 +132,43 @@ def test_pbt_rejects_values_it_does_not_hold(tmp_path):
         )
     with pytest.raises(ValueError, match="1 sets of starting values for 2 policies"):
         PBTManager(cfg, 2, dict(HPARAMS), SHAPING, str(tmp_path / "b"), initial_values=[{}])
+
+
+def test_starting_values_stretch_built_in_bounds_and_file_bounds_get_a_note(tmp_path):
+    from rl_pbt.pbt.manager import PBTManager
+
+    values = [{}, {"learning_rate": 0.05, "rew.pickup": 0.3}]
+    space = tmp_path / "space.json"
+    space.write_text(json.dumps({"rew.pickup": {"type": "float", "low": 0.0, "high": 0.1}}))
+    cfg = make_cfg(num_policies=2, pbt_search_space=str(space))
+    mgr = PBTManager(cfg, 2, dict(HPARAMS), SHAPING, str(tmp_path / "run"), initial_values=values)
+    assert mgr.space["learning_rate"].high == 0.05  # built-in high is 1e-2: stretched
+    assert mgr.space["rew.pickup"].high == 0.1  # the file's bound is kept ...
+    assert "rew.pickup of p1 starts outside its search space" in " ".join(mgr.space_notes)
+    # ... and a resumed run stretches the same built-in bound again
+    again = PBTManager(cfg, 2, dict(HPARAMS), SHAPING, str(tmp_path / "run"))
+    assert again.restored and again.space["learning_rate"].high == 0.05
+
+
+def test_a_bad_shaping_key_leaves_the_experiment_folder_alone(tmp_path):
+    from rl_pbt.runtime.runner import Runner
+
+    old_run = tmp_path / "exp"
+    old_run.mkdir()
+    (old_run / "config.json").write_text("{}")
+    (old_run / "keep.txt").write_text("weights")
+    values = write(tmp_path, [{}, {"rew.alive": 2.0}])
+    cfg = parse_cfg(
+        [
+            "--env=CartPole-v1",
+            "--num_policies=2",
+            f"--policy_values={values}",
+            f"--train_dir={tmp_path}",
+            "--experiment=exp",
+            "--restart_behavior=overwrite",
+        ]
+    )
+    with pytest.raises(ConfigError, match="has no reward shaping"):
+        Runner(cfg)
+    assert (old_run / "keep.txt").read_text() == "weights"
+    assert (old_run / "config.json").read_text() == "{}"
