@@ -53,6 +53,9 @@ from runs import arena_cross_play, train_run  # noqa: E402
 from rl_pbt.sampling.elo import EloRatings  # noqa: E402
 
 DEFAULT_STEPS = 500_000
+DEFAULT_PERIOD = 50_000
+DEFAULT_POLICIES = 8
+NULL_SEED_OFFSET = 100  # the null population of seed s trains with seed s + 100
 
 
 def flags_slug(flags: str) -> str:
@@ -60,30 +63,53 @@ def flags_slug(flags: str) -> str:
     return "_".join(f.lstrip("-").replace("=", "") for f in flags.split())
 
 
-def train(args, seed: int, pbt: bool) -> str:
-    kind = "nopbt"
+def run_name(args, seed: int, pbt: bool, null: bool = False) -> str:
+    """Experiment name: every setting that differs from the defaults is in it, so --reuse
+    never takes a run made with other settings."""
+    parts = ["pbt" if pbt else "nopbt"]
+    if pbt and args.target != "true_objective":
+        parts.append(args.target)
     if args.flags:
-        kind += "_" + flags_slug(args.flags)
-    if pbt:
-        kind = "pbt" + ("" if args.target == "true_objective" else "_" + args.target)
-        if args.flags:
-            kind += "_" + flags_slug(args.flags)
-        if args.search_space:
-            kind += "_" + os.path.splitext(os.path.basename(args.search_space))[0]
-        if args.tag:
-            kind += "_" + args.tag
+        parts.append(flags_slug(args.flags))
+    if pbt and args.search_space:
+        parts.append(os.path.splitext(os.path.basename(args.search_space))[0])
+    if pbt and args.pbt_flags:
+        parts.append(flags_slug(args.pbt_flags))
+    if pbt and args.tag:
+        parts.append(args.tag)
+    if args.policies != DEFAULT_POLICIES:
+        parts.append(f"n{args.policies}")
     if args.steps != DEFAULT_STEPS:
-        kind += f"_{args.steps // 1000}k"
-    exp = f"arena_{kind}_s{seed}"
-    done = os.path.join(args.train_dir, exp, "summary.json")
-    if args.reuse and os.path.isfile(done):
+        parts.append(f"{args.steps // 1000}k")
+    if pbt and args.period != DEFAULT_PERIOD:
+        parts.append(f"p{args.period // 1000}k")
+    if null:
+        parts.append("null")
+    return f"arena_{'_'.join(parts)}_s{seed}"
+
+
+def finished(args, exp: str) -> bool:
+    """The run in --train_dir trained every member for --steps (an interrupted run did not)."""
+    path = os.path.join(args.train_dir, exp, "summary.json")
+    if not os.path.isfile(path):
+        return False
+    with open(path) as f:
+        policies = json.load(f).get("policies", {})
+    return len(policies) == args.policies and all(
+        p["env_steps"] >= args.steps for p in policies.values()
+    )
+
+
+def train(args, seed: int, pbt: bool, null: bool = False) -> str:
+    exp = run_name(args, seed, pbt, null)
+    if args.reuse and finished(args, exp):
         print(f"  {exp}: reusing the finished run in {args.train_dir}", flush=True)
         return exp
     flags = [
         "--env=arena_duel",
         f"--num_policies={args.policies}",
         f"--train_for_env_steps={args.steps}",
-        f"--seed={seed}",
+        f"--seed={seed + NULL_SEED_OFFSET if null else seed}",
         "--restart_behavior=overwrite",
         "--status_interval=30",
         "--save_every_sec=100000",
@@ -109,6 +135,11 @@ def train(args, seed: int, pbt: bool) -> str:
     return exp
 
 
+def population_size(args, exp: str) -> int:
+    with open(os.path.join(args.train_dir, exp, "config.json")) as f:
+        return int(json.load(f)["num_policies"])
+
+
 def elo_best(args, exp: str) -> str:
     """The member with the highest training Elo (elo.json), as EXPERIMENT:pN."""
     with open(os.path.join(args.train_dir, exp, "elo.json")) as f:
@@ -119,24 +150,25 @@ def elo_best(args, exp: str) -> str:
 
 def compare(args, exp_a: str, exp_b: str, seed: int, names=("PBT", "no-PBT")) -> dict:
     """Round robin of the members of both populations (the same opponents for everyone, as
-    they are now); each population's best plays the other's `--games` new games. Returns
-    {"best": A best vs B best, "mean": A members vs B members (mean of the PxP pairings)}."""
-    P = args.policies
-    members = [f"{exp}:p{p}" for exp in (exp_a, exp_b) for p in range(P)]
+    they are now); each population's best plays the other's `--games` new games, on layouts
+    the round robin did not use. Returns {"best": A best vs B best, "mean": A members vs B
+    members (mean over all their pairings), "picks": the two bests}."""
+    na, nb = population_size(args, exp_a), population_size(args, exp_b)
+    members = [f"{exp_a}:p{p}" for p in range(na)] + [f"{exp_b}:p{p}" for p in range(nb)]
     start = time.monotonic()
     rr = arena_cross_play(args.train_dir, members, args.rr_games, args.num_envs, seed)
     score = np.nanmean(rr, axis=1)
-    best = [members[int(np.argmax(score[:P]))], members[P + int(np.argmax(score[P:]))]]
-    mean = float(np.mean(rr[:P, P:]))
+    best = [members[int(np.argmax(score[:na]))], members[na + int(np.argmax(score[na:]))]]
+    mean = float(np.mean(rr[:na, na:]))
     print(
-        f"\n{names[0]} vs {names[1]}: round robin of the {2 * P} members, {args.rr_games} games "
-        f"per pairing ({time.monotonic() - start:,.0f} s); mean score against the other "
-        f"{2 * P - 1}:"
+        f"\n{names[0]} vs {names[1]}: round robin of the {na + nb} members, {args.rr_games} "
+        f"games per pairing ({time.monotonic() - start:,.0f} s); mean score against the other "
+        f"{na + nb - 1}:"
     )
-    for label, rows in ((names[0], range(P)), (names[1], range(P, 2 * P))):
-        print(f"  {label:6s} " + ", ".join(f"p{r % P} {score[r]:.3f}" for r in rows))
-    print(f"  {names[0]} members vs {names[1]} members, mean of the {P}x{P} pairings: {mean:.3f}")
-    table = arena_cross_play(args.train_dir, best + ["random"], args.games, args.num_envs, seed)
+    for label, rows in ((names[0], range(na)), (names[1], range(na, na + nb))):
+        print(f"  {label:6s} " + ", ".join(f"p{r - rows.start} {score[r]:.3f}" for r in rows))
+    print(f"  {names[0]} members vs {names[1]} members, mean of the {na}x{nb} pairings: {mean:.3f}")
+    table = arena_cross_play(args.train_dir, best + ["random"], args.games, args.num_envs, seed + 1)
     print(
         f"  {args.games} new games, draw = 0.5: {names[0]} best ({best[0]}) vs {names[1]} best "
         f"({best[1]}): {table[0, 1]:.3f}"
@@ -147,9 +179,9 @@ def compare(args, exp_a: str, exp_b: str, seed: int, names=("PBT", "no-PBT")) ->
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
-    parser.add_argument("--policies", type=int, default=8)
+    parser.add_argument("--policies", type=int, default=DEFAULT_POLICIES)
     parser.add_argument("--steps", type=int, default=DEFAULT_STEPS, help="env frames per member")
-    parser.add_argument("--period", type=int, default=50_000, help="PBT period, frames")
+    parser.add_argument("--period", type=int, default=DEFAULT_PERIOD, help="PBT period, frames")
     parser.add_argument(
         "--games", type=int, default=400, help="games between the two best members (and random)"
     )
@@ -164,7 +196,8 @@ def main() -> None:
     parser.add_argument(
         "--null",
         action="store_true",
-        help="also train a second no-PBT population per seed (seed + 100) and put the two "
+        help="also train a second no-PBT population per seed (its seed + 100, name ..._null) "
+        "and put the two "
         "no-PBT populations through the same comparison: what no difference looks like",
     )
     parser.add_argument(
@@ -198,7 +231,8 @@ def main() -> None:
     parser.add_argument(
         "--reuse",
         action="store_true",
-        help="skip training a population whose run in --train_dir has finished (same flags)",
+        help="skip training a population whose run in --train_dir (same settings, so the same "
+        "name) trained every member for --steps",
     )
     args = parser.parse_args()
     os.makedirs(args.train_dir, exist_ok=True)
@@ -215,11 +249,11 @@ def main() -> None:
         result = compare(args, pbt_exp, plain_exp, seed)
         by_elo = [elo_best(args, pbt_exp), elo_best(args, plain_exp)]
         if by_elo != result["picks"]:
-            table = arena_cross_play(args.train_dir, by_elo, args.games, args.num_envs, seed)
+            table = arena_cross_play(args.train_dir, by_elo, args.games, args.num_envs, seed + 2)
             print(f"  by training Elo instead: {by_elo[0]} vs {by_elo[1]}: {table[0, 1]:.3f}")
         results.append(result)
         if args.null:
-            other = train(args, seed + 100, pbt=False)
+            other = train(args, seed, pbt=False, null=True)
             nulls.append(compare(args, plain_exp, other, seed, names=("no-PBT", "no-PBT'")))
 
     print(f"\nsummary, {args.policies} members x {args.steps:,} frames, seeds {args.seeds}:")

@@ -62,7 +62,8 @@ SETS = {
 
 
 def label(values: dict) -> str:
-    return values.get("_label") or ", ".join(f"{k}={v:g}" for k, v in values.items()) or "defaults"
+    named = ", ".join(f"{k}={v:g}" for k, v in values.items() if not k.startswith("_"))
+    return values.get("_label") or named or "defaults"
 
 
 def main() -> None:
