@@ -3,11 +3,13 @@ learning values or reward-shaping weights (`--policy_values`), trained together 
 then a round robin of all members, a uniformly random player and the scripted chaser.
 
 Every member trains against the same mixed population, so a member's mean score against the
-others says whether its values help, at this budget, against this population. The two built-in
-sets move one thing at a time away from the arena's defaults (member 0 keeps them):
+others says whether its values help, at this budget, against this population. The `shaping`
+and `learning` sets move one thing at a time away from the arena's defaults (member 0 keeps
+them); `combined` pairs up changes that looked better, beside four default members:
 
     python benchmarks/arena_sweep.py --set shaping --seeds 21 22
     python benchmarks/arena_sweep.py --set learning --seeds 11 12
+    python benchmarks/arena_sweep.py --set combined --seeds 31 32
     python benchmarks/arena_sweep.py --variants my_values.json   # a --policy_values file
 
 Prints, per seed and as the mean over seeds, each member's score against the rest of the
@@ -57,6 +59,17 @@ SETS = {
         {"_label": "clip 0.2", "ppo_clip_ratio": 0.2},
         {"_label": "gamma 0.995", "gamma": 0.995},
         {"_label": "gamma 0.97", "gamma": 0.97},
+    ],
+    # the better-looking single changes of the two sets above, two at a time, beside defaults
+    "combined": [
+        {"_label": "defaults"},
+        {"_label": "defaults"},
+        {"_label": "defaults"},
+        {"_label": "defaults"},
+        {"_label": "zone fear + collector", "rew.zone_damage": -0.5, "rew.pickup": 0.3},
+        {"_label": "zone fear + collector", "rew.zone_damage": -0.5, "rew.pickup": 0.3},
+        {"_label": "lr x2 + clip 0.2", "learning_rate": 1e-3, "ppo_clip_ratio": 0.2},
+        {"_label": "lr x2 + clip 0.2", "learning_rate": 1e-3, "ppo_clip_ratio": 0.2},
     ],
 }
 
