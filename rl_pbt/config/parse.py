@@ -7,6 +7,7 @@ command line. Errors name the flag, the value and what is allowed.
 from __future__ import annotations
 
 import argparse
+import difflib
 import json
 import os
 from pathlib import Path
@@ -49,6 +50,13 @@ def str2bool(v: str) -> bool:
     if low in ("false", "0", "no", "n", "f"):
         return False
     raise argparse.ArgumentTypeError(f"expected a boolean (True/False), got {v!r}")
+
+
+def unknown_flag_message(name: str, known: Iterable[str], source: str) -> str:
+    """'unknown flag --NAME in SOURCE', with the closest known names when some are close."""
+    close = difflib.get_close_matches(name, list(known), n=3, cutoff=0.75)
+    hint = f"; did you mean {', '.join('--' + c for c in close)}?" if close else ""
+    return f"unknown flag --{name} in {source}{hint} (rl-pbt-train --help lists them all)"
 
 
 class _Parser(argparse.ArgumentParser):
@@ -135,7 +143,12 @@ def parse_cfg(
     by_name = {f.name: f for f in flags}
 
     parser = build_parser(flags)
-    ns = parser.parse_args(argv)
+    ns, unknown = parser.parse_known_args(argv)
+    if unknown:
+        name = unknown[0].lstrip("-").split("=", 1)[0]
+        if unknown[0].startswith("--") and name:
+            raise ConfigError(unknown_flag_message(name, by_name, "the command line"))
+        raise ConfigError(f"unrecognized arguments: {' '.join(unknown)}")
     cli = vars(ns)
 
     values: dict[str, Any] = {f.name: f.default for f in flags}
@@ -148,7 +161,7 @@ def parse_cfg(
     for source, layer in layers:
         for key, value in layer.items():
             if key not in by_name:
-                raise ConfigError(f"unknown flag '{key}' in {source}")
+                raise ConfigError(unknown_flag_message(key, by_name, source))
             values[key] = _coerce(by_name[key], value)
 
     cfg = Cfg(values)

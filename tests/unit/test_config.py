@@ -92,8 +92,27 @@ def test_preset_search_space_path_is_relative_to_the_preset(tmp_path, monkeypatc
 def test_preset_unknown_key_rejected(tmp_path):
     preset = tmp_path / "p.json"
     preset.write_text(json.dumps({"learning_rat": 0.005}))
-    with pytest.raises(ConfigError, match="learning_rat"):
+    with pytest.raises(ConfigError, match="learning_rat") as err:
         parse_cfg(["--env=CartPole-v1", f"--preset={preset}"])
+    assert "did you mean --learning_rate?" in str(err.value) and "p.json" in str(err.value)
+
+
+@pytest.mark.parametrize(
+    "arg, suggestion",
+    [("--lerning_rate=1e-3", "--learning_rate"), ("--num_polices", "--num_policies")],
+)
+def test_misspelt_flag_gets_a_suggestion(arg, suggestion):
+    with pytest.raises(ConfigError, match="command line") as err:
+        parse_cfg(["--env=CartPole-v1", arg])
+    assert f"did you mean {suggestion}" in str(err.value)
+
+
+def test_unknown_flag_without_close_name_and_stray_words():
+    with pytest.raises(ConfigError) as err:
+        parse_cfg(["--env=CartPole-v1", "--zzzzzz=1"])
+    assert "unknown flag --zzzzzz" in str(err.value) and "did you mean" not in str(err.value)
+    with pytest.raises(ConfigError, match="unrecognized arguments: stray"):
+        parse_cfg(["--env=CartPole-v1", "stray"])
 
 
 def test_every_flag_has_help_and_typed_default():
