@@ -39,6 +39,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 import sys
 import time
 
@@ -59,8 +60,10 @@ NULL_SEED_OFFSET = 100  # the null population of seed s trains with seed s + 100
 
 
 def flags_slug(flags: str) -> str:
-    """'--selfplay_snapshot_prob=0.25 --x=1' -> 'selfplay_snapshot_prob0.25_x1' (run names)."""
-    return "_".join(f.lstrip("-").replace("=", "") for f in flags.split())
+    """'--selfplay_snapshot_prob=0.25 --x=1' -> 'selfplay_snapshot_prob0.25_x1' (run names);
+    a path's separators become '-', so that '--policy_values=/tmp/v.json' names one folder."""
+    slug = "_".join(f.lstrip("-").replace("=", "") for f in flags.split())
+    return re.sub(r"[^A-Za-z0-9._-]+", "-", slug)
 
 
 def run_name(args, seed: int, pbt: bool, null: bool = False) -> str:
@@ -217,7 +220,8 @@ def main() -> None:
     parser.add_argument(
         "--flags",
         default="",
-        help="more training flags for every run, e.g. '--selfplay_snapshot_prob=0.25'",
+        help="more training flags for every run, e.g. '--selfplay_snapshot_prob=0.25'; "
+        "training runs from the repo root, so give file paths absolute or relative to it",
     )
     parser.add_argument("--tag", default="", help="added to the PBT run's experiment name")
     parser.add_argument(
