@@ -105,12 +105,17 @@ class TaggedBatch(BatchedMultiAgentEnv):
 
 
 class HangingEnv(gym.Env):
-    """CartPole-like env whose env 1 on worker 0 hangs after `hang_after` steps."""
+    """CartPole-like env whose env 1 on worker 0 (every env with `everywhere`) hangs, or
+    raises with `crash`, after `hang_after` steps."""
 
-    def __init__(self, env_config, hang_after: int = 300, crash: bool = False):
+    def __init__(
+        self, env_config, hang_after: int = 300, crash: bool = False, everywhere: bool = False
+    ):
         self.observation_space = gym.spaces.Box(-1, 1, (2,), np.float32)
         self.action_space = gym.spaces.Discrete(2)
-        self.armed = env_config["worker_index"] == 0 and env_config["vector_index"] == 1
+        self.armed = everywhere or (
+            env_config["worker_index"] == 0 and env_config["vector_index"] == 1
+        )
         self.hang_after = hang_after
         self.crash = crash
         self.steps = 0

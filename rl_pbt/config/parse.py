@@ -169,6 +169,27 @@ def parse_cfg(
     return cfg
 
 
+def check_search_space_file(path: str) -> None:
+    """--pbt_search_space: the file parses, and every learning value it tunes is one a learner
+    can change while it runs (reward-shaping leaves, `rew.*`, are checked against the env)."""
+    from rl_pbt.config.flags import TUNED_HPARAMS
+    from rl_pbt.pbt.search_space import is_shaping_key, load_search_space_file
+
+    if not os.path.isfile(path):
+        raise ConfigError(f"--pbt_search_space={path!r}: no such file")
+    try:
+        specs = load_search_space_file(path)
+    except (ValueError, OSError) as e:  # json.JSONDecodeError is a ValueError
+        raise ConfigError(f"--pbt_search_space={path!r}: {e}") from e
+    for name, spec in specs.items():
+        if spec.tuned and not is_shaping_key(name) and name not in TUNED_HPARAMS:
+            raise ConfigError(
+                f"--pbt_search_space={path!r}: entry {name!r} cannot be tuned while a learner "
+                f"runs; learning values PBT can tune: {', '.join(TUNED_HPARAMS)}; reward "
+                f"shaping: 'rew.<key>'"
+            )
+
+
 def validate(cfg: Cfg, flags: Iterable[Flag] = FLAGS, evaluation: bool = False) -> None:
     from rl_pbt.envs.registry import is_known_env, known_envs_message
 
@@ -225,8 +246,8 @@ def validate(cfg: Cfg, flags: Iterable[Flag] = FLAGS, evaluation: bool = False) 
             raise ConfigError(
                 "--pbt_replay_lineage trains one policy: use --num_policies=1 without --with_pbt"
             )
-    if cfg.pbt_search_space and not os.path.isfile(cfg.pbt_search_space):
-        raise ConfigError(f"--pbt_search_space={cfg.pbt_search_space!r}: no such file")
+    if cfg.pbt_search_space:
+        check_search_space_file(cfg.pbt_search_space)
     if cfg.policy_values:
         from rl_pbt.config.policy_values import load_policy_values  # imports this module
 

@@ -300,11 +300,14 @@ class PBTManager:
             return []
         due = [p for p in range(self.num_policies) if steps[p] - self.last_update[p] >= self.period]
         decisions = []
+        replaced: set[int] = set()  # their new weights do not exist yet: not a source this call
         for p in due:
-            decision = self._update_policy(p, steps[p], ratings)
+            decision = self._update_policy(p, steps[p], ratings, replaced)
             self.last_update[p] = steps[p]
             if decision is not None:
                 decisions.append(decision)
+                if decision.source_id is not None:
+                    replaced.add(p)
         if due:
             self.save()
         return decisions
@@ -315,11 +318,20 @@ class PBTManager:
         return {p: list(w) for p, w in enumerate(self._windows)}
 
     def _update_policy(
-        self, p: int, steps: int, ratings: Optional[list[float]]
+        self,
+        p: int,
+        steps: int,
+        ratings: Optional[list[float]],
+        replaced: frozenset[int] | set[int] = frozenset(),
     ) -> Optional[PBTDecision]:
         if p == 0 and not self.mutate_reference:
             return None  # the reference policy keeps its values and weights
         table = self._table(ratings)
+        for q in replaced:
+            # Replaced earlier in this update: its learner has not imported the copied weights
+            # yet, so an export from it now would hand over the old ones. Like a cleared
+            # window (the non-Elo case), it has no record until it plays with them.
+            table[q] = []
         means = {q: (float(np.mean(v)) if v else None) for q, v in table.items()}
         result = choose_source(p, table, self.exploit_settings, self.rng)
         src = result.source

@@ -12,6 +12,7 @@ import os
 import shutil
 import sys
 import time
+import traceback
 from functools import partial
 from typing import Optional
 
@@ -61,6 +62,9 @@ from rl_pbt.sampling.matchmaking import (
 )
 from rl_pbt.sampling.rollout_worker import RolloutWorker
 from rl_pbt.sampling.worker_process import worker_process_main
+
+ELO_SAVE_EVERY_S = 30.0  # elo.json is also written at every stop
+RATINGS_EVERY_S = 1.0  # Elo matchmaking: newest ratings to the workers at most this often
 
 
 class ComponentFailure(RuntimeError):
@@ -167,6 +171,9 @@ class Runner:
             if os.path.isfile(self._elo_path())
             else EloRatings()
         )
+        self._elo_saved_at = time.time()
+        self._ratings_sent: Optional[dict] = None
+        self._ratings_sent_at = 0.0
         self.snapshots = SnapshotPool(cfg.selfplay_snapshot_pool_size)
         self.snapshot_rows: dict[str, int] = {}  # published snapshots (known to workers)
         self.snapshot_row_of: dict[str, int] = {}  # every snapshot in the pool -> its row
@@ -411,7 +418,11 @@ class Runner:
         except KeyboardInterrupt:
             log("interrupted: saving checkpoints")
             status = 1
-        self._shutdown()
+        except Exception:  # a bug in the main process: still stop the others and save
+            log(f"ERROR in the main process:\n{traceback.format_exc()}")
+            status = 1
+        finally:
+            self._shutdown()
         return status
 
     # --- health -----------------------------------------------------------------------------
@@ -436,21 +447,26 @@ class Runner:
         return int(num) if kind == "rollout_worker" else self.cfg.num_workers + int(num)
 
     def _shutdown(self) -> None:
+        """Stop everyone, let the learners save, write the side state. Never raises on a
+        component's error: a second failure reported while stopping is only logged."""
         self.stop_flag[0] = 1
-        for q in self.worker_queues:
-            q.put(Stop())
-        for p in range(self.num_policies):
-            self.learner_queues[p].put(Stop(save=True))
+        stops = [(q, Stop()) for q in self.worker_queues]
+        stops += [(self.learner_queues[p], Stop(save=True)) for p in range(self.num_policies)]
+        for q, stop in stops:
+            try:
+                q.put(stop, timeout=5)
+            except Exception as e:  # a full or broken queue must not stop the others' saves
+                log(f"could not send stop: {e!r}")
         deadline = time.time() + 30
         for proc in self.processes:
             while proc.is_alive() and time.time() < deadline:
                 proc.join(timeout=0.1)
-                self._consume_reports()
+                self._consume_reports(raise_errors=False)
         for proc in self.processes:
             if proc.is_alive():
                 log(f"{proc.name} did not stop in time; terminating it")
                 proc.terminate()
-        self._consume_reports()
+        self._consume_reports(raise_errors=False)
         self._save_side_state()
         self.stats.status_line(
             self.env_steps, self.versions, time.time() - self.start_time, force=True
@@ -471,6 +487,7 @@ class Runner:
             self._pbt_step()
         if self.use_snapshots:
             self._snapshot_step()
+        self._maybe_save_elo()
         done = min(self.env_steps) >= self.cfg.train_for_env_steps
         if elapsed > self.cfg.train_for_seconds:
             log(f"--train_for_seconds={self.cfg.train_for_seconds} reached")
@@ -479,8 +496,13 @@ class Runner:
             self._save_side_state()
         return done
 
-    def _consume_reports(self, timeout: float = 0.0) -> None:
+    def _consume_reports(self, timeout: float = 0.0, raise_errors: bool = True) -> None:
+        """Apply queued reports; a component's error raises ComponentFailure, or with
+        raise_errors=False (while stopping) is logged and the rest still applied."""
         for msg in drain(self.report_queue, timeout=timeout):
+            if not raise_errors and isinstance(msg, LearnerEvent) and msg.kind == "error":
+                log(f"ERROR (while stopping): {self._error_text(msg)}")
+                continue
             if isinstance(msg, WorkerReport):
                 self.stats.add_sampling(msg.env_steps * self.cfg.env_frameskip)
                 for ep in msg.episodes:
@@ -508,11 +530,7 @@ class Runner:
                 self.stats.add_train(msg)
             elif isinstance(msg, LearnerEvent):
                 if msg.kind == "error":
-                    raise ComponentFailure(
-                        f"learner {msg.policy_id} failed:\n{msg.detail}"
-                        if msg.policy_id >= 0
-                        else msg.detail
-                    )
+                    raise ComponentFailure(self._error_text(msg))
                 if msg.kind == "snapshot_published" and msg.data["id"] in self.snapshot_row_of:
                     self.snapshot_rows[msg.data["id"]] = msg.data["row"]
                     self._broadcast_snapshots()
@@ -530,6 +548,12 @@ class Runner:
                         f"first experience from them {fresh:.3f} s, first update on it "
                         f"{trained:.3f} s"
                     )
+
+    @staticmethod
+    def _error_text(msg: LearnerEvent) -> str:
+        return (
+            f"learner {msg.policy_id} failed:\n{msg.detail}" if msg.policy_id >= 0 else msg.detail
+        )
 
     def _pbt_step(self) -> None:
         ratings = None
@@ -574,9 +598,33 @@ class Runner:
         if evicted_any:
             self._broadcast_snapshots()
         if self.cfg.matchmaking == "elo":
-            ratings = {k: self.elo.rating(k) for k in self.elo.keys()}
-            for q in self.worker_queues:
-                q.put(SetRatings(ratings))
+            self._send_ratings()
+
+    def _send_ratings(self) -> None:
+        """Elo matchmaking: the workers get the ratings when they changed, at most once per
+        RATINGS_EVERY_S. Only the newest ratings matter, so a full queue (a worker busy or
+        starting slow envs) drops the message instead of blocking the main loop."""
+        now = time.time()
+        if now - self._ratings_sent_at < RATINGS_EVERY_S:
+            return
+        ratings = {k: self.elo.rating(k) for k in self.elo.keys()}
+        if ratings == self._ratings_sent:
+            return
+        self._ratings_sent, self._ratings_sent_at = ratings, now
+        for q in self.worker_queues:
+            try:
+                q.put_nowait(SetRatings(ratings))
+            except Exception:  # faster_fifo's Full: this worker gets the next ones
+                pass
+
+    def _maybe_save_elo(self) -> None:
+        """elo.json every ELO_SAVE_EVERY_S, not only at a clean exit: a killed run resumes
+        with its ratings (and Elo-ranked PBT with its ranking)."""
+        if len(self.elo) and time.time() - self._elo_saved_at >= ELO_SAVE_EVERY_S:
+            from rl_pbt.logging.files import atomic_write_json
+
+            atomic_write_json(self._elo_path(), self.elo.to_dict())
+            self._elo_saved_at = time.time()
 
     def _broadcast_snapshots(self) -> None:
         for q in self.worker_queues:

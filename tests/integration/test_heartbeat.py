@@ -15,13 +15,19 @@ def make_crashing(name, cfg, env_config, render_mode=None):
     return HangingEnv(env_config, hang_after=200, crash=True)
 
 
+def make_crashing_everywhere(name, cfg, env_config, render_mode=None):
+    return HangingEnv(env_config, hang_after=200, crash=True, everywhere=True)
+
+
 register_env("hanging_env", make_hanging)
 register_env("crashing_env", make_crashing)
+register_env("crashing_everywhere_env", make_crashing_everywhere)
 
 
-def run(tmp_path, env, capsys):
+def run(tmp_path, env, capsys, extra=()):
     cfg = parse_cfg(
         [
+            *extra,
             f"--env={env}",
             "--num_workers=2",
             "--num_envs_per_worker=2",
@@ -54,6 +60,23 @@ def test_crashing_worker_is_named(tmp_path, capsys):
     assert status == 1
     assert "rollout worker 0" in out and "env exploded on purpose" in out
     assert glob.glob(os.path.join(tmp_path, "hb", "checkpoint_p0", "checkpoint_*.pth"))
+
+
+def test_every_worker_crashing_still_stops_cleanly_and_saves(tmp_path, capsys):
+    """Both workers fail at about the same time: the second error, read while stopping, is
+    logged instead of breaking the stop, so train() returns 1 and every learner's checkpoint,
+    the PBT state and summary.json are written."""
+    for attempt in range(3):  # the race is in the timing of the two errors: try it a few times
+        folder = tmp_path / f"run{attempt}"
+        status, out = run(
+            folder, "crashing_everywhere_env", capsys, ["--num_policies=2", "--with_pbt"]
+        )
+        assert status == 1 and "env exploded on purpose" in out
+        exp = os.path.join(folder, "hb")
+        for p in (0, 1):
+            assert glob.glob(os.path.join(exp, f"checkpoint_p{p}", "checkpoint_*.pth")), out
+        assert os.path.isfile(os.path.join(exp, "summary.json")), out
+        assert os.path.isfile(os.path.join(exp, "pbt", "state.json")), out
 
 
 def _child_pids(pid: int) -> list[int]:

@@ -135,3 +135,23 @@ def test_pbt_extension_flags_parse():
     )
     assert cfg.pbt_init_random is True and cfg.pbt_exploit == "ttest"
     assert cfg.fused_inference is False
+
+
+def test_search_space_entries_are_checked_at_parse_time(tmp_path):
+    base = ["--env=CartPole-v1", "--with_pbt", "--num_policies=2"]
+    untunable = tmp_path / "a.json"
+    untunable.write_text(json.dumps({"gae_lambda": {"type": "float", "low": 0.9, "high": 0.99}}))
+    with pytest.raises(ConfigError, match="'gae_lambda' cannot be tuned") as err:
+        parse_cfg(base + [f"--pbt_search_space={untunable}"])
+    assert "learning_rate" in str(err.value) and "rew.<key>" in str(err.value)
+    broken = tmp_path / "b.json"
+    broken.write_text('{"learning_rate": 3')
+    with pytest.raises(ConfigError, match="--pbt_search_space="):
+        parse_cfg(base + [f"--pbt_search_space={broken}"])
+    fine = tmp_path / "c.json"  # tunable names, shaping leaves, and an untuned entry pass
+    fine.write_text(
+        json.dumps(
+            {"gamma": {"low": 0.9, "high": 0.999}, "rew.x": {}, "gae_lambda": {"tune": False}}
+        )
+    )
+    assert parse_cfg(base + [f"--pbt_search_space={fine}"]).pbt_search_space == str(fine)

@@ -309,3 +309,29 @@ def test_init_random_spreads_members_within_bounds(tmp_path):
             if spec.low is not None:
                 assert spec.low <= v <= spec.high
         assert m.shaping[p]["lure"] > 0 and m.shaping[p]["goal"] > 0
+
+
+def test_policy_replaced_in_an_update_is_not_a_source_in_the_same_update(tmp_path):
+    # Elo ranking keeps a replaced member's rating for the whole update() call: without the
+    # guard, a later member could copy it before its learner has imported the new weights.
+    chains = 0
+    copies = 0
+    for seed in range(60):
+        mgr = make(
+            tmp_path / f"s{seed}",
+            n=4,
+            seed=seed,
+            pbt_target_objective="elo",
+            pbt_exploit="tournament",
+            pbt_start_mutation=0,
+            pbt_period_env_steps=100,
+        )
+        decisions = mgr.update([100] * 4, ratings=[1300.0, 1400.0, 1250.0, 1100.0])
+        replaced = set()
+        for d in decisions:
+            if d.source_id is not None:
+                copies += 1
+                chains += d.source_id in replaced
+                replaced.add(d.policy_id)
+    assert copies >= 30  # the setting does copy often, so the check below means something
+    assert chains == 0
