@@ -12,7 +12,7 @@ import math
 import os
 from collections import deque
 from dataclasses import dataclass, replace
-from typing import Any, Optional
+from typing import Any, Collection, Optional
 
 import numpy as np
 
@@ -322,7 +322,7 @@ class PBTManager:
         p: int,
         steps: int,
         ratings: Optional[list[float]],
-        replaced: frozenset[int] | set[int] = frozenset(),
+        replaced: Collection[int] = (),
     ) -> Optional[PBTDecision]:
         if p == 0 and not self.mutate_reference:
             return None  # the reference policy keeps its values and weights

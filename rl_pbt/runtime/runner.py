@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import multiprocessing
 import os
+import queue
 import shutil
 import sys
 import time
@@ -30,7 +31,7 @@ from rl_pbt.envs.registry import has_batched_env, make_env, make_env_batch, regi
 from rl_pbt.envs.wrappers import as_multiagent, reward_shaping_target
 from rl_pbt.learning.learner import Learner, default_hparams, transfer_size
 from rl_pbt.learning.learner_process import LearnerHost, learner_process_main
-from rl_pbt.logging.files import read_json
+from rl_pbt.logging.files import atomic_write_json, read_json
 from rl_pbt.logging.stats import PopulationStats
 from rl_pbt.memory.buffers import TrajectoryBuffers, num_slots_needed
 from rl_pbt.memory.param_store import ParamStore, flat_state_size
@@ -614,25 +615,25 @@ class Runner:
         for q in self.worker_queues:
             try:
                 q.put_nowait(SetRatings(ratings))
-            except Exception:  # faster_fifo's Full: this worker gets the next ones
+            except queue.Full:  # this worker gets the next ones
                 pass
 
     def _maybe_save_elo(self) -> None:
         """elo.json every ELO_SAVE_EVERY_S, not only at a clean exit: a killed run resumes
         with its ratings (and Elo-ranked PBT with its ranking)."""
-        if len(self.elo) and time.time() - self._elo_saved_at >= ELO_SAVE_EVERY_S:
-            from rl_pbt.logging.files import atomic_write_json
+        if time.time() - self._elo_saved_at >= ELO_SAVE_EVERY_S:
+            self._save_elo()
 
+    def _save_elo(self) -> None:
+        if len(self.elo):
             atomic_write_json(self._elo_path(), self.elo.to_dict())
-            self._elo_saved_at = time.time()
+        self._elo_saved_at = time.time()
 
     def _broadcast_snapshots(self) -> None:
         for q in self.worker_queues:
             q.put(SetSnapshots(dict(self.snapshot_rows)))
 
     def _save_side_state(self) -> None:
-        from rl_pbt.logging.files import atomic_write_json
-
         summary = self.stats.summary(self.env_steps)
         summary["pbt_copy_latency_s"] = [
             {"weights_copied": c, "first_experience": f, "first_update": t}
@@ -641,8 +642,7 @@ class Runner:
         atomic_write_json(os.path.join(self.exp_dir, "summary.json"), summary)
         if self.pbt is not None:
             self.pbt.save()
-        if len(self.elo):
-            atomic_write_json(self._elo_path(), self.elo.to_dict())
+        self._save_elo()
 
 
 def _warm_up_imports(model) -> None:
