@@ -13,7 +13,8 @@ import os
 from pathlib import Path
 from typing import Any, Iterable, Optional
 
-from rl_pbt.config.flags import FLAGS, Flag
+from rl_pbt.config.flags import FLAGS, TUNED_HPARAMS, Flag
+from rl_pbt.pbt.search_space import SHAPING_PREFIX, is_shaping_key
 
 CONFIGS_DIR = Path(__file__).resolve().parents[2] / "configs"
 
@@ -169,11 +170,19 @@ def parse_cfg(
     return cfg
 
 
+# what PBT and --policy_values may set per policy: values a learner changes while it runs,
+# and reward-shaping leaves
+TUNABLE_TEXT = f"{', '.join(TUNED_HPARAMS)} and reward-shaping leaves as {SHAPING_PREFIX}.<key>"
+
+
+def is_tunable(name: str) -> bool:
+    return name in TUNED_HPARAMS or is_shaping_key(name)
+
+
 def check_search_space_file(path: str) -> None:
     """--pbt_search_space: the file parses, and every learning value it tunes is one a learner
     can change while it runs (reward-shaping leaves, `rew.*`, are checked against the env)."""
-    from rl_pbt.config.flags import TUNED_HPARAMS
-    from rl_pbt.pbt.search_space import is_shaping_key, load_search_space_file
+    from rl_pbt.pbt.search_space import load_search_space_file
 
     if not os.path.isfile(path):
         raise ConfigError(f"--pbt_search_space={path!r}: no such file")
@@ -182,11 +191,10 @@ def check_search_space_file(path: str) -> None:
     except (ValueError, OSError) as e:  # json.JSONDecodeError is a ValueError
         raise ConfigError(f"--pbt_search_space={path!r}: {e}") from e
     for name, spec in specs.items():
-        if spec.tuned and not is_shaping_key(name) and name not in TUNED_HPARAMS:
+        if spec.tuned and not is_tunable(name):
             raise ConfigError(
                 f"--pbt_search_space={path!r}: entry {name!r} cannot be tuned while a learner "
-                f"runs; learning values PBT can tune: {', '.join(TUNED_HPARAMS)}; reward "
-                f"shaping: 'rew.<key>'"
+                f"runs; PBT can tune {TUNABLE_TEXT}"
             )
 
 

@@ -13,9 +13,9 @@ import math
 import os
 from typing import Any, Mapping, Optional
 
-from rl_pbt.config.flags import FLAGS_BY_NAME, TUNED_HPARAMS
-from rl_pbt.config.parse import ConfigError
-from rl_pbt.pbt.search_space import SHAPING_PREFIX, is_shaping_key
+from rl_pbt.config.flags import FLAGS_BY_NAME
+from rl_pbt.config.parse import TUNABLE_TEXT, ConfigError, is_tunable
+from rl_pbt.pbt.search_space import is_shaping_key
 
 FLAG = "--policy_values"
 
@@ -52,11 +52,8 @@ def _policy_entry(where: str, p: int, entry: Any) -> dict[str, float]:
     for key, value in entry.items():
         if key.startswith("_"):  # "_label", "_comment"
             continue
-        if key not in TUNED_HPARAMS and not is_shaping_key(key):
-            raise ConfigError(
-                f"{where}: policy {p}: unknown key {key!r}; allowed: {', '.join(TUNED_HPARAMS)} "
-                f"and reward-shaping leaves as {SHAPING_PREFIX}.<key>"
-            )
+        if not is_tunable(key):
+            raise ConfigError(f"{where}: policy {p}: unknown key {key!r}; allowed: {TUNABLE_TEXT}")
         if isinstance(value, bool) or not isinstance(value, (int, float)):
             raise ConfigError(f"{where}: policy {p}: {key}={value!r} is not a number")
         value = float(value)
