@@ -19,6 +19,7 @@ import argparse
 import itertools
 import os
 import sys
+from types import SimpleNamespace
 from typing import Any, Callable
 
 import gymnasium as gym
@@ -152,13 +153,16 @@ def play(env, side_a: list, side_b: list, games: int, max_steps: int) -> list[fl
     return scores
 
 
+def seeded(seed: int) -> SimpleNamespace:
+    """The cfg an env factory gets here: only `seed` (envs seed themselves from `cfg.seed` and
+    their env id, and draw fresh entropy without a cfg)."""
+    return SimpleNamespace(seed=seed)
+
+
 def make_batch_env(env_name: str, num_envs: int, seed: int):
     """`num_envs` copies of `env_name` as its batched version, seeded from `seed`."""
-    configs = [
-        {"worker_index": 0, "vector_index": k, "env_id": seed * num_envs + k}
-        for k in range(num_envs)
-    ]
-    return make_env_batch(env_name, None, configs)
+    configs = [{"worker_index": 0, "vector_index": k, "env_id": k} for k in range(num_envs)]
+    return make_env_batch(env_name, seeded(seed), configs)
 
 
 def play_batched(batch_env, side_a, side_b, games: int, max_steps: int) -> list[float]:
@@ -228,7 +232,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--players", nargs="+", required=True)
     parser.add_argument("--games", type=int, default=200, help="games per pairing")
     parser.add_argument("--deterministic", action="store_true", help="argmax actions")
-    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument(
+        "--seed", type=int, default=0, help="seeds the env and the random and scripted players"
+    )
     parser.add_argument("--max_steps", type=int, default=5_000_000, help="bound per pairing")
     parser.add_argument(
         "--num_envs",
@@ -256,7 +262,9 @@ def main(argv: list[str] | None = None) -> int:
                 "use --num_envs=1"
             )
         env = as_multiagent(
-            make_env(args.env, None, {"worker_index": 0, "vector_index": 0, "env_id": args.seed})
+            make_env(
+                args.env, seeded(args.seed), {"worker_index": 0, "vector_index": 0, "env_id": 0}
+            )
         )
         if env.num_agents < 2:
             raise ValueError(f"--env={args.env} has one agent: matches need a multi-agent env")
@@ -296,8 +304,8 @@ def save_video(args, factories) -> None:
     env = as_multiagent(
         make_env(
             args.env,
-            None,
-            {"worker_index": 0, "vector_index": 0, "env_id": args.seed},
+            seeded(args.seed),
+            {"worker_index": 0, "vector_index": 0, "env_id": 0},
             render_mode="rgb_array",
         )
     )

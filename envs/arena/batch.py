@@ -77,8 +77,14 @@ _SPOTS = _NUM_CELLS + 2  # cells and the two places that are not on the floor
 _NUM_PICKUPS = HEALTH_PICKUPS + AMMO_PICKUPS
 _PICKUP_KIND = (0,) * HEALTH_PICKUPS + (1,) * AMMO_PICKUPS  # 0 health, 1 ammo
 _FAR = 1 << 30  # distance to or from a place that is not on the floor
-if HEALTH_PICKUPS != AMMO_PICKUPS:  # _observations looks at pickups as (kind, index in kind)
-    raise NotImplementedError("ArenaBatch needs as many health pickups as ammo pickups")
+# _observations looks at the pickups as a (kind, index in kind) table of _PER_KIND columns a
+# kind: _KIND_TABLE[kind * _PER_KIND + j] is the pickup in that place, or _NUM_PICKUPS (a
+# column that always reads NO_PICKUP) where a kind has fewer pickups than the other
+_PER_KIND = max(HEALTH_PICKUPS, AMMO_PICKUPS, 1)
+_KIND_TABLE = np.full(2 * _PER_KIND, _NUM_PICKUPS, dtype=np.int64)
+_KIND_TABLE[:HEALTH_PICKUPS] = np.arange(HEALTH_PICKUPS)
+_KIND_TABLE[_PER_KIND : _PER_KIND + AMMO_PICKUPS] = HEALTH_PICKUPS + np.arange(AMMO_PICKUPS)
+_KIND_PADDED = HEALTH_PICKUPS != AMMO_PICKUPS
 
 # ----- lookup tables; every float is computed exactly as ArenaGame computes it -----
 _INV_X, _INV_Y = 1.0 / (WIDTH - 1), 1.0 / (HEIGHT - 1)
@@ -282,7 +288,7 @@ class ArenaBatch(BatchedMultiAgentEnv):
         self._stay = np.tile(-1 - np.arange(n), (K, 1))  # (K, n): -1 - i (see _move)
         # [k, i, kind]: the index of the first pickup of that kind in the flattened (K, n,
         # kind, index in kind) pickup tables of the observations
-        self._first_pickup = np.arange(K * n * 2).reshape(K, n, 2) * HEALTH_PICKUPS
+        self._first_pickup = np.arange(K * n * 2).reshape(K, n, 2) * _PER_KIND
 
         # state of every copy, as ArenaGame.__init__ leaves it (before the first reset)
         self.t = np.zeros(K, dtype=np.int64)
@@ -712,8 +718,12 @@ class ArenaBatch(BatchedMultiAgentEnv):
         other += facing[:, :, None]
         blocks[..., L.O_HEALTH :] = _OTHER_STATUS.take(other, axis=0)
         # nearest available pickup of each kind (the first in pickup order on ties)
-        to_pickup = spot[:, :, None] + self.pickup_cell[rows][:, None, :]
-        to_pickup = to_pickup.reshape(K, n, 2, HEALTH_PICKUPS)  # (K, n, kind, index in kind)
+        cells = self.pickup_cell[rows]
+        if _KIND_PADDED:
+            cells = np.concatenate([cells, np.full((K, 1), NO_PICKUP)], axis=1)
+            cells = cells.take(_KIND_TABLE, axis=1)
+        to_pickup = spot[:, :, None] + cells[:, None, :]
+        to_pickup = to_pickup.reshape(K, n, 2, _PER_KIND)  # (K, n, kind, index in kind)
         nearest = _DISTANCE.take(to_pickup).argmin(axis=3)  # _FAR: waiting to respawn
         nearest = to_pickup.take(nearest + self._first_pickup[:K])
         pickup_features = _PICKUP_FEAT.take(nearest, axis=0).reshape(K, n, 6)

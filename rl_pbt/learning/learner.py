@@ -286,7 +286,7 @@ class Learner:
     def import_state(self, source_id: int) -> None:
         """Take the source's exported state. Experience in flight from before the copy is
         masked out by jumping the version past `max_policy_lag`."""
-        row = self.params.transfer[source_id].clone()
+        row = self.params.read_transfer(source_id)
         n_state = flat_state_size(self.model)
         unflatten_state(self.model, row[:n_state])
         offset = n_state

@@ -1,3 +1,6 @@
+import threading
+import time
+
 import gymnasium as gym
 import numpy as np
 import pytest
@@ -56,3 +59,37 @@ def test_param_store_roundtrip_and_versions():
     for a, b in zip(net.state_dict().values(), other.state_dict().values()):
         torch.testing.assert_close(a, b)
     assert store.current_version(0) == 0
+
+
+def _export_repeatedly(store: ParamStore, row: int, exports: int) -> None:
+    """Writes the transfer row as a learner's export does (seq odd while writing), in two
+    halves with a pause between, so a plain reader would see a mix of two exports."""
+    half = store.transfer.shape[1] // 2
+    for k in range(1, exports + 1):
+        store.transfer_seq[row] += 1
+        store.transfer[row, :half] = float(k)
+        time.sleep(0.0002)
+        store.transfer[row, half:] = float(k)
+        store.transfer_seq[row] += 1
+        time.sleep(0.0005)  # between exports: the row can be read whole
+
+
+def test_read_transfer_never_mixes_two_exports():
+    store = ParamStore(2, 1, 4096)
+    writer = threading.Thread(target=_export_repeatedly, args=(store, 1, 1000))
+    writer.start()
+    reads, deadline = [], time.monotonic() + 10.0
+    while writer.is_alive() and time.monotonic() < deadline and len(reads) < 20000:
+        reads.append(store.read_transfer(1))
+    writer.join(timeout=10.0)
+    assert len(reads) >= 10
+    mixed = [r for r in reads if r.min() != r.max()]
+    assert not mixed, f"{len(mixed)} of {len(reads)} reads mixed two exports"
+    assert len({float(r[0]) for r in reads}) > 1  # it did read while the source exported
+
+
+def test_read_transfer_times_out_on_a_stuck_export():
+    store = ParamStore(1, 1, 8)
+    store.transfer_seq[0] = 1  # a writer that died mid-export
+    with pytest.raises(TimeoutError, match="exported state of policy 0"):
+        store.read_transfer(0, timeout=0.05)

@@ -212,3 +212,43 @@ def test_reset_seeds():
     a, _ = batch.reset(seed=9)
     b, _ = batch.reset(seed=9)
     assert np.array_equal(a, b)
+
+
+@pytest.mark.parametrize("health, ammo", [(3, 1), (1, 2)])
+def test_unequal_pickup_counts_play_alike(monkeypatch, health, ammo):
+    """The batch pads the shorter kind of its (kind, index in kind) pickup table: with other
+    pickup counts than the game's own (2 and 2) it still plays exactly like ArenaGame."""
+    import importlib
+
+    import envs.arena.batch as batch_module
+    import envs.arena.game as game_module
+
+    monkeypatch.setattr(game_module, "HEALTH_PICKUPS", health)
+    monkeypatch.setattr(game_module, "AMMO_PICKUPS", ammo)
+    try:
+        patched = importlib.reload(batch_module)
+        K, n, num_steps = 6, 2, 600
+        seeds = [50 + k for k in range(K)]
+        batch = patched.ArenaBatch(K, n, 200, seeds=seeds)
+        games = [ArenaGame(n, 200, seed=s) for s in seeds]
+        rng = np.random.default_rng(health * 10 + ammo)
+        aggression, homing = np.linspace(0.0, 0.8, K), np.full(K, 0.5)
+        obs, _ = batch.reset()
+        for k, game in enumerate(games):
+            assert np.array_equal(obs[k], np.stack(game.reset()[0]))
+        assert (batch.pickup_cell < patched.NO_PICKUP).sum(axis=1).tolist() == [health + ammo] * K
+        pickups = 0
+        for t in range(num_steps):
+            actions = _actions(obs, batch.layout, aggression, homing, rng)
+            obs, rewards, terminated, truncated, infos = batch.step(actions)
+            for k, game in enumerate(games):
+                g_obs, g_rewards, g_terminated, g_truncated, g_infos = game.step(actions[k])
+                assert np.stack(g_obs).tobytes() == obs[k].tobytes(), (t, k)
+                assert np.array_equal(np.float32(g_rewards), rewards[k]), (t, k)
+                assert g_terminated == [bool(terminated[k])] * n, (t, k)
+                assert g_infos == infos[k], (t, k)
+            pickups += int(batch.events[:, :, EV_PICKUP].sum())
+        assert pickups >= 5
+    finally:
+        monkeypatch.undo()
+        importlib.reload(batch_module)

@@ -94,6 +94,19 @@ def test_cross_play_batched_table():
     assert elo.rating("chaser") > elo.rating("idle")
 
 
+def test_seed_makes_the_games_repeat():
+    def scores(seed):
+        batch_env = make_batch_env("arena_duel", 4, seed=seed)
+        return play_batched(batch_env, randoms(8), randoms(8), games=8, max_steps=100_000)
+
+    def first_obs(seed):
+        return make_batch_env("arena_duel", 4, seed=seed).reset()[0]
+
+    np.testing.assert_array_equal(first_obs(5), first_obs(5))
+    assert not np.array_equal(first_obs(5), first_obs(6))
+    assert scores(5) == scores(5)
+
+
 def test_num_envs_needs_a_batched_env(capsys):
     assert main(["--env=doom_duel", "--players", "random", "random", "--num_envs=4"]) == 2
     err = capsys.readouterr().err
