@@ -70,6 +70,23 @@ def _random_shaping(rng) -> dict:
     return {str(k): float(rng.normal()) for k in keys}
 
 
+def _step_alike(batch, games: list, actions: np.ndarray, t: int):
+    """Steps the batch and each of its copies' games with the same actions; asserts that
+    every output and the event counts are the same. Returns the batch's outputs."""
+    n = actions.shape[1]
+    obs, rewards, terminated, truncated, infos = batch.step(actions)
+    for k, game in enumerate(games):
+        g_obs, g_rewards, g_terminated, g_truncated, g_infos = game.step(actions[k])
+        assert np.stack(g_obs).tobytes() == obs[k].tobytes(), (t, k)
+        assert np.array_equal(np.float32(g_rewards), rewards[k]), (t, k)
+        assert g_terminated == [bool(terminated[k])] * n, (t, k)
+        assert g_truncated == [bool(truncated[k])] * n, (t, k)
+        assert g_infos == infos[k], (t, k)
+        assert np.array_equal(game.events, batch.events[k]), (t, k)
+        assert game.t == batch.t[k] and game.alive == batch.alive[k].tolist()
+    return obs, rewards, terminated, truncated, infos
+
+
 @pytest.mark.parametrize("num_agents, episode_steps", [(2, 40), (4, 300)])
 def test_batch_plays_exactly_like_separate_games(num_agents, episode_steps):
     K, n, num_steps = 8, num_agents, 1500
@@ -116,16 +133,7 @@ def test_batch_plays_exactly_like_separate_games(num_agents, episode_steps):
             obs[3] = np.stack(copy_obs)
 
         actions = _actions(obs, layout, aggression, homing, rng)
-        obs, rewards, terminated, truncated, infos = batch.step(actions)
-        for k, game in enumerate(games):
-            g_obs, g_rewards, g_terminated, g_truncated, g_infos = game.step(actions[k])
-            assert np.stack(g_obs).tobytes() == obs[k].tobytes(), (t, k)
-            assert np.array_equal(np.float32(g_rewards), rewards[k]), (t, k)
-            assert g_terminated == [bool(terminated[k])] * n, (t, k)
-            assert g_truncated == [bool(truncated[k])] * n, (t, k)
-            assert g_infos == infos[k], (t, k)
-            assert np.array_equal(game.events, batch.events[k]), (t, k)
-            assert game.t == batch.t[k] and game.alive == batch.alive[k].tolist()
+        obs, rewards, terminated, truncated, infos = _step_alike(batch, games, actions, t)
         counts["eliminations"] += int(terminated.sum())
         counts["truncations"] += int(truncated.sum())
         counts["time_limit_wins"] += sum(
@@ -240,13 +248,7 @@ def test_unequal_pickup_counts_play_alike(monkeypatch, health, ammo):
         pickups = 0
         for t in range(num_steps):
             actions = _actions(obs, batch.layout, aggression, homing, rng)
-            obs, rewards, terminated, truncated, infos = batch.step(actions)
-            for k, game in enumerate(games):
-                g_obs, g_rewards, g_terminated, g_truncated, g_infos = game.step(actions[k])
-                assert np.stack(g_obs).tobytes() == obs[k].tobytes(), (t, k)
-                assert np.array_equal(np.float32(g_rewards), rewards[k]), (t, k)
-                assert g_terminated == [bool(terminated[k])] * n, (t, k)
-                assert g_infos == infos[k], (t, k)
+            obs = _step_alike(batch, games, actions, t)[0]
             pickups += int(batch.events[:, :, EV_PICKUP].sum())
         assert pickups >= 5
     finally:
