@@ -233,7 +233,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--games", type=int, default=200, help="games per pairing")
     parser.add_argument("--deterministic", action="store_true", help="argmax actions")
     parser.add_argument(
-        "--seed", type=int, default=0, help="seeds the env and the random and scripted players"
+        "--seed", type=int, default=0, help="seeds the env and every player"
     )
     parser.add_argument("--max_steps", type=int, default=5_000_000, help="bound per pairing")
     parser.add_argument(
@@ -252,6 +252,7 @@ def main(argv: list[str] | None = None) -> int:
     if len(args.players) < 2:
         parser.error("--players needs at least two players")
     torch.set_num_threads(1)  # one game or a small batch a step: more threads only contend
+    torch.manual_seed(args.seed)  # trained players sample their actions from torch's generator
 
     try:
         if args.num_envs < 1:
@@ -280,7 +281,7 @@ def main(argv: list[str] | None = None) -> int:
     table, elo = cross_play(
         env, args.players, factories, args.games, args.max_steps, batch_env=batch_env
     )
-    width = max(8, *(len(p) for p in args.players))
+    width = max(8, *(len(p) for p in args.players)) + 2  # names never run together
     print(
         f"win rate of the row player against the column player ({args.games} games each, "
         f"draw = 0.5):"
