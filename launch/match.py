@@ -232,9 +232,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--players", nargs="+", required=True)
     parser.add_argument("--games", type=int, default=200, help="games per pairing")
     parser.add_argument("--deterministic", action="store_true", help="argmax actions")
-    parser.add_argument(
-        "--seed", type=int, default=0, help="seeds the env and every player"
-    )
+    parser.add_argument("--seed", type=int, default=0, help="seeds the env and every player")
     parser.add_argument("--max_steps", type=int, default=5_000_000, help="bound per pairing")
     parser.add_argument(
         "--num_envs",
