@@ -200,8 +200,8 @@ def main() -> None:
         "--null",
         action="store_true",
         help="also train a second no-PBT population per seed (its seed + 100, name ..._null) "
-        "and put the two "
-        "no-PBT populations through the same comparison: what no difference looks like",
+        "and put the two no-PBT populations through the same comparison: what no difference "
+        "looks like",
     )
     parser.add_argument(
         "--target",

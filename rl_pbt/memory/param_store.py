@@ -8,6 +8,7 @@ normalisers, optimiser moments) for in-memory PBT copies between learner process
 from __future__ import annotations
 
 import time
+from typing import Optional
 
 import torch
 from torch import nn
@@ -55,8 +56,8 @@ class ParamStore:
 
     def read_into(self, policy_id: int, model: nn.Module, timeout: float = 5.0) -> int:
         """Copy the latest weights of `policy_id` into `model`; returns their version."""
-        buf, version = self._consistent_copy(
-            self.flat, self.seq, policy_id, timeout, "weights", lambda: self.version[policy_id]
+        buf, version = _consistent_copy(
+            self.flat, self.seq, policy_id, timeout, "weights", self.version
         )
         unflatten_state(model, buf)
         return version
@@ -64,27 +65,33 @@ class ParamStore:
     def read_transfer(self, policy_id: int, timeout: float = 5.0) -> torch.Tensor:
         """A copy of `policy_id`'s exported whole state, never a mix of two exports (a source
         may export again for another target while this one is still reading)."""
-        buf, _ = self._consistent_copy(
+        return _consistent_copy(
             self.transfer, self.transfer_seq, policy_id, timeout, "exported state"
-        )
-        return buf
-
-    @staticmethod
-    def _consistent_copy(area, seq, row, timeout, what, version=None):
-        """Copy `area[row]` between two equal, even readings of `seq[row]` (odd: a write is in
-        progress); `version()` is read inside the same window."""
-        deadline = time.monotonic() + timeout
-        buf = torch.empty_like(area[row])
-        while True:
-            before = int(seq[row])
-            if before % 2 == 0:
-                buf.copy_(area[row])
-                v = int(version()) if version is not None else None
-                if int(seq[row]) == before:
-                    return buf, v
-            if time.monotonic() > deadline:
-                raise TimeoutError(f"{what} of policy {row} stayed mid-write for {timeout} s")
-            time.sleep(0.0005)
+        )[0]
 
     def current_version(self, policy_id: int) -> int:
         return int(self.version[policy_id])
+
+
+def _consistent_copy(
+    area: torch.Tensor,
+    seq: torch.Tensor,
+    row: int,
+    timeout: float,
+    what: str,
+    version: Optional[torch.Tensor] = None,
+) -> tuple[torch.Tensor, Optional[int]]:
+    """Copy `area[row]` (and read `version[row]`, if given) between two equal, even readings of
+    `seq[row]`: odd means a write is in progress, a change means one happened meanwhile."""
+    deadline = time.monotonic() + timeout
+    buf = torch.empty_like(area[row])
+    while True:
+        before = int(seq[row])
+        if before % 2 == 0:
+            buf.copy_(area[row])
+            v = int(version[row]) if version is not None else None
+            if int(seq[row]) == before:
+                return buf, v
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"{what} of policy {row} stayed mid-write for {timeout} s")
+        time.sleep(0.0005)
