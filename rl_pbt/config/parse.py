@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any, Iterable, Optional
 
 from rl_pbt.config.flags import FLAGS, TUNED_HPARAMS, Flag
-from rl_pbt.pbt.search_space import SHAPING_PREFIX, is_shaping_key
+from rl_pbt.pbt.search_space import SHAPING_PREFIX, is_shaping_key, load_search_space_file
 
 CONFIGS_DIR = Path(__file__).resolve().parents[2] / "configs"
 
@@ -182,8 +182,6 @@ def is_tunable(name: str) -> bool:
 def check_search_space_file(path: str) -> None:
     """--pbt_search_space: the file parses, and every learning value it tunes is one a learner
     can change while it runs (reward-shaping leaves, `rew.*`, are checked against the env)."""
-    from rl_pbt.pbt.search_space import load_search_space_file
-
     if not os.path.isfile(path):
         raise ConfigError(f"--pbt_search_space={path!r}: no such file")
     try:
