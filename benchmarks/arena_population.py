@@ -24,6 +24,12 @@ these budgets), so compare the PBT figure with the null one over several seeds.
     python benchmarks/arena_population.py --policies 4 --steps 200000 --games 200
     # two finished populations, e.g. 2M frames per member against 500k (same seed)
     python benchmarks/arena_population.py --versus arena_nopbt_2000k_s1 arena_nopbt_s1
+    # a flawed start: every member of both begins at proximity weight 0.05 (25x the default);
+    # PBT tunes that weight alone, each explore step resampling it from the prior half the time
+    python benchmarks/arena_population.py --seeds 1 2 3 4 5 --steps 1000000 --period 50000 \
+        --search_space configs/arena_tune_proximity.json \
+        --pbt_flags="--pbt_mutation_rate=1.0 --pbt_resample_probability=0.5" \
+        --flags=--policy_values=configs/arena_hunter_start.json
     # snapshot opponents in both, one replacement per round
     python benchmarks/arena_population.py --seeds 2 --pbt_flags=--pbt_replace_fraction=0.125 \
         --tag rf125 --flags "--selfplay_snapshot_prob=0.25 \

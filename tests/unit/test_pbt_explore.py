@@ -319,3 +319,23 @@ def test_shipped_search_space_files_load():
     space, _ = build_search_space(hp, flatten_shaping(ARENA), True, overrides=example)
     assert "max_grad_norm" not in space and space["gamma"].high == 0.999
     assert space["rew.death"].kind == "log_float"
+
+
+def test_shipped_arena_hunter_start_files_load():
+    """configs/arena_hunter_start.json starts 8 arena members at one proximity weight far above
+    the shipped default, and configs/arena_tune_proximity.json leaves PBT that weight alone to
+    tune, over a prior that holds both the default and the start."""
+    from envs.arena.game import DEFAULT_REWARD_SHAPING as ARENA
+    from rl_pbt.config.policy_values import check_shaping_keys, load_policy_values
+
+    configs = os.path.join(os.path.dirname(__file__), "..", "..", "configs")
+    start = load_policy_values(os.path.join(configs, "arena_hunter_start.json"), 8)
+    check_shaping_keys(start, flatten_shaping(ARENA), "arena_duel")
+    assert start == [{"rew.proximity": 0.05}] * 8 and ARENA["proximity"] < 0.05 / 10
+    hp = {k: 0.1 for k in DEFAULT_LEARNING_SPECS}
+    hp.update(learning_rate=3e-4, max_grad_norm=4.0, gamma=0.99)
+    tune = load_search_space_file(os.path.join(configs, "arena_tune_proximity.json"))
+    space, _ = build_search_space(hp, flatten_shaping(ARENA), overrides=tune)
+    assert list(space) == ["rew.proximity"]
+    prox = space["rew.proximity"]
+    assert prox.kind == "log_float" and prox.low <= ARENA["proximity"] and 0.05 <= prox.high
