@@ -2,12 +2,12 @@
 
 import json
 import math
-import os
 import re
 
 import numpy as np
 import pytest
 
+from rl_pbt.config.parse import CONFIGS_DIR
 from rl_pbt.pbt.explore import (
     ExploreSettings,
     explore,
@@ -302,20 +302,25 @@ def test_flatten_unflatten_roundtrip():
     assert math.isclose(parsed["pickup"], 0.05)
 
 
+def _learning_values():
+    """A full set of learning values for build_search_space."""
+    hp = {k: 0.1 for k in DEFAULT_LEARNING_SPECS}
+    hp.update(learning_rate=3e-4, max_grad_norm=4.0, gamma=0.99)
+    return hp
+
+
 def test_shipped_search_space_files_load():
     """configs/*search_space*.json parse and fit the envs they were written for."""
     from envs.arena.game import DEFAULT_REWARD_SHAPING as ARENA
     from envs.lure.env import DEFAULT_REWARD_SHAPING as LURE
 
-    configs = os.path.join(os.path.dirname(__file__), "..", "..", "configs")
-    hp = {k: 0.1 for k in DEFAULT_LEARNING_SPECS}
-    hp.update(learning_rate=3e-4, max_grad_norm=4.0, gamma=0.99)
-    lure = load_search_space_file(os.path.join(configs, "shaping_only.json"))
+    hp = _learning_values()
+    lure = load_search_space_file(str(CONFIGS_DIR / "shaping_only.json"))
     space, notes = build_search_space(hp, flatten_shaping(LURE), overrides=lure)
     assert set(space) == {"rew.goal", "rew.lure", "rew.step_penalty"}
     (fixed,) = [n for n in notes if "tune: false" in n]
     assert all(name in fixed for name in DEFAULT_LEARNING_SPECS)
-    example = load_search_space_file(os.path.join(configs, "pbt_search_space_example.json"))
+    example = load_search_space_file(str(CONFIGS_DIR / "pbt_search_space_example.json"))
     space, _ = build_search_space(hp, flatten_shaping(ARENA), True, overrides=example)
     assert "max_grad_norm" not in space and space["gamma"].high == 0.999
     assert space["rew.death"].kind == "log_float"
@@ -328,14 +333,11 @@ def test_shipped_arena_hunter_start_files_load():
     from envs.arena.game import DEFAULT_REWARD_SHAPING as ARENA
     from rl_pbt.config.policy_values import check_shaping_keys, load_policy_values
 
-    configs = os.path.join(os.path.dirname(__file__), "..", "..", "configs")
-    start = load_policy_values(os.path.join(configs, "arena_hunter_start.json"), 8)
+    start = load_policy_values(str(CONFIGS_DIR / "arena_hunter_start.json"), 8)
     check_shaping_keys(start, flatten_shaping(ARENA), "arena_duel")
     assert start == [{"rew.proximity": 0.05}] * 8 and ARENA["proximity"] < 0.05 / 10
-    hp = {k: 0.1 for k in DEFAULT_LEARNING_SPECS}
-    hp.update(learning_rate=3e-4, max_grad_norm=4.0, gamma=0.99)
-    tune = load_search_space_file(os.path.join(configs, "arena_tune_proximity.json"))
-    space, _ = build_search_space(hp, flatten_shaping(ARENA), overrides=tune)
+    tune = load_search_space_file(str(CONFIGS_DIR / "arena_tune_proximity.json"))
+    space, _ = build_search_space(_learning_values(), flatten_shaping(ARENA), overrides=tune)
     assert list(space) == ["rew.proximity"]
     prox = space["rew.proximity"]
     assert prox.kind == "log_float" and prox.low <= ARENA["proximity"] and 0.05 <= prox.high
