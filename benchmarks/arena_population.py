@@ -14,6 +14,13 @@ its own population, which in a PBT population is largely one family. The two pic
 random player; the pairing of the two training-Elo bests is printed too, and the mean score of
 the PBT members against the no-PBT members in the round robin.
 
+A second pick uses each population's own members alone (the same round robin's sub-tables),
+and those two play their own `--games` games. The all-members pick scores a member partly on
+how it fares against the other population: where that population is one family (as PBT's
+becomes), the other side's pick tends to be whichever member counters that family, which the
+family's best then meets. The own-population pick is what a user holding one population could
+choose; both figures are printed.
+
 With `--null`, a second no-PBT population (seed + 100) goes through the same comparison with
 the first: the spread of that figure is what chance alone gives on this game. A single pairing
 of two members is decided largely by which styles meet (the arena is strongly non-transitive at
@@ -183,7 +190,22 @@ def compare(args, exp_a: str, exp_b: str, seed: int, names=("PBT", "no-PBT")) ->
         f"({best[1]}): {table[0, 1]:.3f}"
     )
     print(f"  bests vs random: {table[0, 2]:.3f}, {table[1, 2]:.3f}", flush=True)
-    return {"best": float(table[0, 1]), "mean": mean, "picks": best}
+    # each population's best by its own members alone (the sub-tables of the same round robin):
+    # what a user with only that population could pick, not chosen for how it fares against the
+    # other population (a pick that is partly a counter to the other's style)
+    own = [
+        members[int(np.nanargmax(np.nanmean(rr[:na, :na], axis=1)))],
+        members[na + int(np.nanargmax(np.nanmean(rr[na:, na:], axis=1)))],
+    ]
+    own_score = float(table[0, 1])
+    if own != best:
+        own_table = arena_cross_play(args.train_dir, own, args.games, args.num_envs, seed + 3)
+        own_score = float(own_table[0, 1])
+    print(
+        f"  bests by each population's own round robin: {own[0]} vs {own[1]}: {own_score:.3f}",
+        flush=True,
+    )
+    return {"best": float(table[0, 1]), "mean": mean, "picks": best, "own": own_score}
 
 
 def main() -> None:
@@ -270,11 +292,14 @@ def main() -> None:
     for label, rows in (("PBT vs no-PBT", results), ("no-PBT vs no-PBT' (null)", nulls)):
         if not rows:
             continue
-        bests = ", ".join(f"{r['best']:.3f}" for r in rows)
-        means = ", ".join(f"{r['mean']:.3f}" for r in rows)
+
+        def figures(key, rows=rows):
+            values = [r[key] for r in rows]
+            return ", ".join(f"{v:.3f}" for v in values) + f" (mean {np.mean(values):.3f})"
+
         print(
-            f"  {label}: best vs best {bests} (mean {np.mean([r['best'] for r in rows]):.3f}); "
-            f"members vs members {means} (mean {np.mean([r['mean'] for r in rows]):.3f})"
+            f"  {label}: best vs best {figures('best')}; members vs members {figures('mean')}; "
+            f"bests by own round robin {figures('own')}"
         )
 
 
