@@ -42,9 +42,10 @@ these budgets), so compare the PBT figure with the null one over several seeds.
         --tag rf125 --flags "--selfplay_snapshot_prob=0.25 \
         --selfplay_snapshot_every_env_steps=100000 --selfplay_snapshot_pool_size=24"
 
-Prints the win rate of PBT's best against no-PBT's best (draw = 0.5) per seed, the mean score
-of the PBT members against the no-PBT members, the same two for the null, and a summary.
-Goal: PBT's best above 0.6.
+Prints the win rate of PBT's best against no-PBT's best (draw = 0.5) per seed, by both picks,
+the mean score of the PBT members against the no-PBT members, the same for the null, and a
+summary. Goal: PBT's best above 0.6, judged by the own-population pick (the pick a user could
+make without the other population) as a mean over seeds; the summary prints its standard error.
 """
 
 from __future__ import annotations
@@ -209,9 +210,11 @@ def compare(args, exp_a: str, exp_b: str, seed: int, names=("PBT", "no-PBT")) ->
 
 
 def figures(rows: list[dict], key: str) -> str:
-    """'0.510, 0.664 (mean 0.587)': one figure of every seed's comparison, and their mean."""
-    values = [r[key] for r in rows]
-    return ", ".join(f"{v:.3f}" for v in values) + f" (mean {np.mean(values):.3f})"
+    """'0.510, 0.664 (mean 0.587, SE 0.077)': one figure of every seed's comparison, their mean
+    and its standard error over seeds (given from two seeds on)."""
+    values = np.array([r[key] for r in rows])
+    spread = f", SE {values.std(ddof=1) / np.sqrt(len(values)):.3f}" if len(values) > 1 else ""
+    return ", ".join(f"{v:.3f}" for v in values) + f" (mean {values.mean():.3f}{spread})"
 
 
 def main() -> None:
@@ -298,10 +301,10 @@ def main() -> None:
     for label, rows in (("PBT vs no-PBT", results), ("no-PBT vs no-PBT' (null)", nulls)):
         if not rows:
             continue
-        print(
-            f"  {label}: best vs best {figures(rows, 'best')}; members vs members "
-            f"{figures(rows, 'mean')}; bests by own round robin {figures(rows, 'own')}"
-        )
+        print(f"  {label}:")
+        print(f"    bests by own round robin (the goal's figure): {figures(rows, 'own')}")
+        print(f"    bests by the all-members round robin: {figures(rows, 'best')}")
+        print(f"    members vs members: {figures(rows, 'mean')}")
 
 
 if __name__ == "__main__":
