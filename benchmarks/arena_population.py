@@ -301,8 +301,9 @@ def main() -> None:
     for label, rows in (("PBT vs no-PBT", results), ("no-PBT vs no-PBT' (null)", nulls)):
         if not rows:
             continue
+        goal = " (the goal's figure)" if rows is results else ""
         print(f"  {label}:")
-        print(f"    bests by own round robin (the goal's figure): {figures(rows, 'own')}")
+        print(f"    bests by own round robin{goal}: {figures(rows, 'own')}")
         print(f"    bests by the all-members round robin: {figures(rows, 'best')}")
         print(f"    members vs members: {figures(rows, 'mean')}")
 
