@@ -19,7 +19,7 @@ and those two play their own `--games` games. The all-members pick scores a memb
 how it fares against the other population: where that population is one family (as PBT's
 becomes), the other side's pick tends to be whichever member counters that family, which the
 family's best then meets. The own-population pick is what a user holding one population could
-choose; both figures are printed.
+choose, and it is the goal's figure; both are printed.
 
 With `--null`, a second no-PBT population (seed + 100) goes through the same comparison with
 the first: the spread of that figure is what chance alone gives on this game. A single pairing
@@ -169,7 +169,8 @@ def compare(args, exp_a: str, exp_b: str, seed: int, names=("PBT", "no-PBT")) ->
     """Round robin of the members of both populations (the same opponents for everyone, as
     they are now); each population's best plays the other's `--games` new games, on layouts
     the round robin did not use. Returns {"best": A best vs B best, "mean": A members vs B
-    members (mean over all their pairings), "picks": the two bests}."""
+    members (mean over all their pairings), "picks": the two bests, "own": A best vs B best
+    when each best is picked by its own population's members alone}."""
     na, nb = population_size(args, exp_a), population_size(args, exp_b)
     members = [f"{exp_a}:p{p}" for p in range(na)] + [f"{exp_b}:p{p}" for p in range(nb)]
     start = time.monotonic()
@@ -298,10 +299,12 @@ def main() -> None:
             nulls.append(compare(args, plain_exp, other, seed, names=("no-PBT", "no-PBT'")))
 
     print(f"\nsummary, {args.policies} members x {args.steps:,} frames, seeds {args.seeds}:")
-    for label, rows in (("PBT vs no-PBT", results), ("no-PBT vs no-PBT' (null)", nulls)):
+    for label, rows, goal in (
+        ("PBT vs no-PBT", results, " (the goal's figure)"),
+        ("no-PBT vs no-PBT' (null)", nulls, ""),
+    ):
         if not rows:
             continue
-        goal = " (the goal's figure)" if rows is results else ""
         print(f"  {label}:")
         print(f"    bests by own round robin{goal}: {figures(rows, 'own')}")
         print(f"    bests by the all-members round robin: {figures(rows, 'best')}")
