@@ -22,7 +22,11 @@ family's best then meets. The own-population pick is what a user holding one pop
 choose, and it is the goal's figure; both are printed.
 
 With `--null`, a second no-PBT population (seed + 100) goes through the same comparison with
-the first: the spread of that figure is what chance alone gives on this game. A single pairing
+the first: the spread of that figure is what chance alone gives on this game. With `--ceiling
+FLAGS`, a no-PBT population trained with FLAGS in place of `--flags` (same seed; `--ceiling ''`
+is the shipped defaults) goes through it too: where `--flags` gives every member a flawed start,
+that is a population which never had the flaw, so its figure is about the most that fixing the
+flaw, by PBT or any other means, could give. A single pairing
 of two members is decided largely by which styles meet (the arena is strongly non-transitive at
 these budgets), so compare the PBT figure with the null one over several seeds.
 
@@ -31,6 +35,9 @@ these budgets), so compare the PBT figure with the null one over several seeds.
     python benchmarks/arena_population.py --policies 4 --steps 200000 --games 200
     # two finished populations, e.g. 2M frames per member against 500k (same seed)
     python benchmarks/arena_population.py --versus arena_nopbt_2000k_s1 arena_nopbt_s1
+    # how far a perfect fix of a flawed start would go: a no-PBT population at the defaults
+    python benchmarks/arena_population.py --seeds 1 --ceiling '' \
+        --flags=--policy_values=configs/arena_hunter_start.json
     # a flawed start: every member of both begins at proximity weight 0.05 (25x the default);
     # PBT tunes that weight alone, each explore step resampling it from the prior half the time
     python benchmarks/arena_population.py --seeds 1 2 3 4 5 --steps 1000000 --period 50000 \
@@ -242,6 +249,14 @@ def main() -> None:
         "looks like",
     )
     parser.add_argument(
+        "--ceiling",
+        metavar="FLAGS",
+        default=None,
+        help="also train a no-PBT population per seed with FLAGS instead of --flags ('' for the "
+        "shipped defaults) and compare it with the no-PBT population: where --flags is a "
+        "flawed start, about the most that fixing the flaw could give",
+    )
+    parser.add_argument(
         "--target",
         default="true_objective",
         choices=["true_objective", "elo", "vs_snapshots"],
@@ -284,7 +299,10 @@ def main() -> None:
         compare(args, *args.versus, args.seeds[0], names=("A", "B"))
         return
 
-    results, nulls = [], []
+    if args.ceiling is not None and args.ceiling.split() == args.flags.split():
+        parser.error(f"--ceiling={args.ceiling!r} is the same as --flags: nothing to compare")
+    ceiling_args = argparse.Namespace(**{**vars(args), "flags": args.ceiling or ""})
+    results, nulls, ceilings = [], [], []
     for seed in args.seeds:
         print(f"\n=== seed {seed}", flush=True)
         pbt_exp, plain_exp = train(args, seed, pbt=True), train(args, seed, pbt=False)
@@ -297,11 +315,15 @@ def main() -> None:
         if args.null:
             other = train(args, seed, pbt=False, null=True)
             nulls.append(compare(args, plain_exp, other, seed, names=("no-PBT", "no-PBT'")))
+        if args.ceiling is not None:
+            top = train(ceiling_args, seed, pbt=False)
+            ceilings.append(compare(args, top, plain_exp, seed, names=("ceiling", "no-PBT")))
 
     print(f"\nsummary, {args.policies} members x {args.steps:,} frames, seeds {args.seeds}:")
     for label, rows, goal in (
         ("PBT vs no-PBT", results, " (the goal's figure)"),
         ("no-PBT vs no-PBT' (null)", nulls, ""),
+        (f"ceiling ({args.ceiling!r}) vs no-PBT", ceilings, ""),
     ):
         if not rows:
             continue
