@@ -447,7 +447,8 @@ FLAGS: list[Flag] = [
         "pbt_init_random",
         bool,
         False,
-        "start every member but the reference from values drawn from the search space",
+        "start every member but the reference from values drawn from the search space "
+        "(after --policy_values, whose values outside the search space stay)",
         group="pbt",
     ),
     Flag(

@@ -258,11 +258,10 @@ def validate(cfg: Cfg, flags: Iterable[Flag] = FLAGS, evaluation: bool = False) 
         from rl_pbt.config.policy_values import load_policy_values  # imports this module
 
         load_policy_values(cfg.policy_values, cfg.num_policies)
-        for other in ("pbt_init_random", "pbt_replay_lineage"):
-            if getattr(cfg, other):
-                raise ConfigError(
-                    f"--policy_values and --{other} both set the starting values: use one"
-                )
+        if cfg.pbt_replay_lineage:
+            raise ConfigError(
+                "--policy_values and --pbt_replay_lineage both set the starting values: use one"
+            )
 
 
 def recurrence(cfg: Cfg) -> int:

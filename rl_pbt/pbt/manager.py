@@ -139,10 +139,10 @@ class PBTManager:
                 self._shaping_flat.append(None if base_shaping is None else dict(base_shaping))
                 self.last_update.append(0)
                 self._windows.append(deque(maxlen=self.window))
-            if getattr(cfg, "pbt_init_random", False):
-                self._init_random()
             if initial_values is not None:
                 self._set_initial_values(initial_values)
+            if getattr(cfg, "pbt_init_random", False):  # after: it spreads the tuned values
+                self._init_random()
             self._refresh_shaping()
             self._write_policy_files(range(num_policies))
             for p in range(num_policies):
@@ -192,7 +192,9 @@ class PBTManager:
 
     def _init_random(self) -> None:
         """Spread the starting population over the prior: every member but the reference
-        draws each tuned value from the search space (random search, when never updated)."""
+        draws each tuned value from the search space (random search, when never updated).
+        With --policy_values the members' values that are not tuned stay as that file gives
+        them, and the reference keeps all of its own."""
         first = 0 if self.mutate_reference else 1
         for p in range(first, self.num_policies):
             for name, spec in self.space.items():

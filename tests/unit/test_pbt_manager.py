@@ -1,5 +1,6 @@
 """PBTManager: when policies update, replacement and mutation, files, lineage and resume."""
 
+import json
 import os
 
 import numpy as np
@@ -309,6 +310,29 @@ def test_init_random_spreads_members_within_bounds(tmp_path):
             if spec.low is not None:
                 assert spec.low <= v <= spec.high
         assert m.shaping[p]["lure"] > 0 and m.shaping[p]["goal"] > 0
+
+
+def test_init_random_draws_over_policy_values_but_keeps_the_untuned_and_the_reference(tmp_path):
+    space = tmp_path / "space.json"
+    lure = {"type": "log_float", "low": 0.001, "high": 0.1}
+    off = {"tune": False}
+    space.write_text(json.dumps({"learning_rate": off, "rew.goal": off, "rew.lure": lure}))
+    start = [{"rew.lure": 0.05, "learning_rate": 3e-4}] * 4
+    cfg = make_cfg(num_policies=4, pbt_init_random=True, pbt_search_space=str(space), seed=0)
+    m = PBTManager(
+        cfg,
+        4,
+        dict(HPARAMS),
+        {"lure": 0.3, "goal": 1.0},
+        str(tmp_path / "e"),
+        seed=0,
+        initial_values=start,
+    )
+    assert m.shaping[0]["lure"] == 0.05 and m.hparams[0]["learning_rate"] == 3e-4
+    drawn = [m.shaping[p]["lure"] for p in range(1, 4)]
+    assert all(0.001 <= v <= 0.1 for v in drawn) and len(set(drawn + [0.05])) == 4
+    assert all(m.hparams[p]["learning_rate"] == 3e-4 for p in range(4))  # not tuned: kept
+    assert all(m.shaping[p]["goal"] == 1.0 for p in range(4))  # not tuned, not in --policy_values
 
 
 def test_policy_replaced_in_an_update_is_not_a_source_in_the_same_update(tmp_path):

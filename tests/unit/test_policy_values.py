@@ -84,8 +84,8 @@ def test_flag_is_checked_at_parse_time_and_conflicts_are_named(tmp_path):
     assert parse_cfg(base).policy_values == good
     with pytest.raises(ConfigError, match="2 entries for --num_policies=3"):
         parse_cfg(base + ["--num_policies=3"])
-    with pytest.raises(ConfigError, match="--policy_values and --pbt_init_random"):
-        parse_cfg(base + ["--with_pbt", "--pbt_init_random"])
+    # both set starting values: --pbt_init_random draws the tuned ones after the file
+    assert parse_cfg(base + ["--with_pbt", "--pbt_init_random"]).pbt_init_random
 
 
 def test_a_preset_names_its_values_file_relative_to_itself(tmp_path):
