@@ -448,7 +448,7 @@ FLAGS: list[Flag] = [
         bool,
         False,
         "start every member but the reference from values drawn from the search space "
-        "(after --policy_values, whose values outside the search space stay)",
+        "(after --policy_values: the values PBT does not tune stay as that file gives them)",
         group="pbt",
     ),
     Flag(

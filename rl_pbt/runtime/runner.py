@@ -256,11 +256,9 @@ class Runner:
             elif self.pbt is not None and self.pbt.restored:
                 log(f"{cfg.policy_values} not used: the PBT state of the run is restored")
             else:
-                drawn = (
-                    "; then every member but p0 drew its tuned values (--pbt_init_random)"
-                    if cfg.pbt_init_random
-                    else ""
-                )
+                who = "every member" if cfg.pbt_mutate_reference_policy else "every member but p0"
+                drawn = f"; then {who} drew its tuned values (--pbt_init_random)"
+                drawn = drawn if cfg.pbt_init_random else ""
                 log(f"per-policy starting values from {cfg.policy_values}: {values}{drawn}")
         if cfg.with_pbt and self.pbt is not None:  # not a lineage replay
             tuned = ", ".join(self.pbt.space) or "nothing"
