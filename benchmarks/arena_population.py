@@ -44,6 +44,13 @@ these budgets), so compare the PBT figure with the null one over several seeds.
         --search_space configs/arena_tune_proximity.json \
         --pbt_flags="--pbt_mutation_rate=1.0 --pbt_resample_probability=0.5" \
         --flags=--policy_values=configs/arena_hunter_start.json
+    # the same, with PBT's members but the reference starting from draws of the prior (as the
+    # PBT paper starts its population); add --pbt_start_mutation=1000000000000 to the
+    # --pbt_flags for random search (the same draws, never updated)
+    python benchmarks/arena_population.py --seeds 16 17 18 19 20 21 22 23 24 25 --steps 1000000 \
+        --period 50000 --search_space configs/arena_tune_proximity.json \
+        --pbt_flags="--pbt_mutation_rate=1.0 --pbt_resample_probability=0.5 --pbt_init_random" \
+        --flags=--policy_values=configs/arena_hunter_start.json
     # snapshot opponents in both, one replacement per round
     python benchmarks/arena_population.py --seeds 2 --pbt_flags=--pbt_replace_fraction=0.125 \
         --tag rf125 --flags "--selfplay_snapshot_prob=0.25 \
