@@ -21,21 +21,21 @@ becomes), the other side's pick tends to be whichever member counters that famil
 family's best then meets. The own-population pick is what a user holding one population could
 choose, and it is the goal's figure; both are printed.
 
-With `--null`, a second no-PBT population (seed + 100) goes through the same comparison with
-the first: the spread of that figure is what chance alone gives on this game. With `--ceiling
+With `--null`, a second no-PBT population (seed + 100) goes through the same comparison with the
+first: the spread of that figure is what chance alone gives on this game. With `--ceiling
 FLAGS`, a no-PBT population trained with FLAGS in place of `--flags` (same seed; `--ceiling ''`
 is the shipped defaults) goes through it too: where `--flags` gives every member a flawed start,
 that is a population which never had the flaw, so its figure is about the most that fixing the
-flaw, by PBT or any other means, could give. A single pairing
-of two members is decided largely by which styles meet (the arena is strongly non-transitive at
-these budgets), so compare the PBT figure with the null one over several seeds.
+flaw, by PBT or any other means, could give. A single pairing of two members is decided largely
+by which styles meet (the arena is strongly non-transitive at these budgets), so compare the PBT
+figure with the null one over several seeds.
 
     python benchmarks/arena_population.py --seeds 1 2 3 --null   # 8 members, 500k frames each
     python benchmarks/arena_population.py --seeds 1 2 --null --steps 2000000 --period 100000
     python benchmarks/arena_population.py --policies 4 --steps 200000 --games 200
     # two finished populations, e.g. 2M frames per member against 500k (same seed)
     python benchmarks/arena_population.py --versus arena_nopbt_2000k_s1 arena_nopbt_s1
-    # how far a perfect fix of a flawed start would go: a no-PBT population at the defaults
+    # also a no-PBT population at the shipped defaults: how far a fix of a flawed start could go
     python benchmarks/arena_population.py --seeds 1 --ceiling '' \
         --flags=--policy_values=configs/arena_hunter_start.json
     # a flawed start: every member of both begins at proximity weight 0.05 (25x the default);
