@@ -256,9 +256,10 @@ class Runner:
             elif self.pbt is not None and self.pbt.restored:
                 log(f"{cfg.policy_values} not used: the PBT state of the run is restored")
             else:
-                who = "every member" if cfg.pbt_mutate_reference_policy else "every member but p0"
-                drawn = f"; then {who} drew its tuned values (--pbt_init_random)"
-                drawn = drawn if cfg.pbt_init_random else ""
+                drawn = ""
+                if cfg.pbt_init_random:
+                    who = "every member" if cfg.pbt_mutate_reference_policy else "all but p0"
+                    drawn = f"; then {who} drew the tuned values (--pbt_init_random)"
                 log(f"per-policy starting values from {cfg.policy_values}: {values}{drawn}")
         if cfg.with_pbt and self.pbt is not None:  # not a lineage replay
             tuned = ", ".join(self.pbt.space) or "nothing"

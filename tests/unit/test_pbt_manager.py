@@ -39,9 +39,11 @@ def make_cfg(**overrides):
     return Cfg(values)
 
 
-def make(tmp_path, shaping=SHAPING, n=N, **overrides):
+def make(tmp_path, shaping=SHAPING, n=N, initial_values=None, **overrides):
     cfg = make_cfg(num_policies=n, **overrides)
-    return PBTManager(cfg, n, dict(HPARAMS), shaping, str(tmp_path), seed=cfg.seed)
+    return PBTManager(
+        cfg, n, dict(HPARAMS), shaping, str(tmp_path), seed=cfg.seed, initial_values=initial_values
+    )
 
 
 def feed(mgr, means, episodes=20, seed=0):
@@ -318,15 +320,14 @@ def test_init_random_draws_over_policy_values_but_keeps_the_untuned_and_the_refe
     off = {"tune": False}
     space.write_text(json.dumps({"learning_rate": off, "rew.goal": off, "rew.lure": lure}))
     start = [{"rew.lure": 0.05, "learning_rate": 3e-4}] * 4
-    cfg = make_cfg(num_policies=4, pbt_init_random=True, pbt_search_space=str(space), seed=0)
-    m = PBTManager(
-        cfg,
-        4,
-        dict(HPARAMS),
-        {"lure": 0.3, "goal": 1.0},
-        str(tmp_path / "e"),
-        seed=0,
+    m = make(
+        tmp_path / "e",
+        shaping={"lure": 0.3, "goal": 1.0},
+        n=4,
         initial_values=start,
+        pbt_init_random=True,
+        pbt_search_space=str(space),
+        seed=0,
     )
     assert m.shaping[0]["lure"] == 0.05 and m.hparams[0]["learning_rate"] == 3e-4
     drawn = [m.shaping[p]["lure"] for p in range(1, 4)]
