@@ -84,6 +84,33 @@ FLAGS: list[Flag] = [
         group="exp",
     ),
     Flag(
+        "num_gpus",
+        int,
+        -1,
+        "GPUs to spread the policies over (policy p on cuda:(p % num_gpus)); -1: every visible "
+        "one (counted without initialising CUDA in the main process)",
+        at_least(-1),
+        group="exp",
+    ),
+    Flag(
+        "mp_start_method",
+        str,
+        "auto",
+        "how child processes start; auto: fork when no CUDA device is used, else forkserver "
+        "(CUDA cannot be used in a forked child)",
+        choices=["auto", "fork", "forkserver", "spawn"],
+        group="exp",
+    ),
+    Flag(
+        "learner_processes",
+        str,
+        "per_policy",
+        "per_policy: one learner process per policy; per_device: one process per device "
+        "hosting the learners of every policy placed on it (fewer CUDA contexts, less memory)",
+        choices=["per_policy", "per_device"],
+        group="exp",
+    ),
+    Flag(
         "restart_behavior",
         str,
         "resume",
@@ -156,8 +183,20 @@ FLAGS: list[Flag] = [
         "worker_num_splits",
         int,
         2,
-        "groups the worker's envs are stepped in; num_envs_per_worker must divide evenly",
+        "with --inference=device: groups a worker's envs are stepped in, so one group steps "
+        "while the other's actions are computed (double buffering); num_envs_per_worker must "
+        "divide evenly. Local inference computes and steps in turn and ignores it",
         positive,
+        group="sampling",
+    ),
+    Flag(
+        "inference",
+        str,
+        "auto",
+        "where actions are computed. local: in each rollout worker (CPU); device: one "
+        "inference process per device batches the requests of every worker for the policies "
+        "placed on it; auto: device when the policies are on CUDA, else local",
+        choices=["auto", "local", "device"],
         group="sampling",
     ),
     Flag("num_policies", int, 1, "population size", positive, group="sampling"),
@@ -254,6 +293,27 @@ FLAGS: list[Flag] = [
         4.0,
         "gradient clipping norm (0: off)",
         non_negative,
+        group="learning",
+    ),
+    Flag(
+        "amp",
+        bool,
+        False,
+        "bfloat16 autocast of the learner's forward and loss (CUDA; on the CPU too when asked)",
+        group="learning",
+    ),
+    Flag(
+        "cudnn_benchmark",
+        bool,
+        False,
+        "let cuDNN pick the fastest conv kernels for the batch shapes seen (CUDA)",
+        group="learning",
+    ),
+    Flag(
+        "tf32",
+        bool,
+        True,
+        "TensorFloat-32 matmuls and convolutions on CUDA devices that have them",
         group="learning",
     ),
     Flag(
