@@ -91,13 +91,19 @@ def env_default_overrides(name: str) -> dict[str, Any]:
     return dict(entry.default_overrides) if entry else {}
 
 
-def registry_snapshot() -> dict[str, EnvEntry]:
-    """Copy of the registry, handed to child processes so user-registered envs exist there."""
-    return dict(_REGISTRY)
+def registry_snapshot(names: Optional[list[str]] = None) -> dict[str, EnvEntry]:
+    """The factories of the registry (all, or `names`), handed to child processes so envs a
+    user registered in a script exist there. Flags and defaults stay behind: children never
+    parse flags, and a flag's check may be a lambda that spawn/forkserver cannot pickle."""
+    keep = _REGISTRY if names is None else {n: _REGISTRY[n] for n in names if n in _REGISTRY}
+    return {n: EnvEntry(n, e.make_env, make_batch=e.make_batch) for n, e in keep.items()}
 
 
 def restore_registry(snapshot: dict[str, EnvEntry]) -> None:
-    _REGISTRY.update(snapshot)
+    for name, entry in snapshot.items():
+        known = _REGISTRY.get(name)
+        if known is None or known.make_env is not entry.make_env:
+            _REGISTRY[name] = entry
 
 
 def make_env(name: str, cfg: Any, env_config: dict, render_mode: Optional[str] = None) -> Any:

@@ -11,10 +11,7 @@ import time
 import traceback
 from typing import Optional
 
-import torch
-
 from rl_pbt.learning.learner import Learner
-from rl_pbt.memory.param_store import flatten_state
 from rl_pbt.runtime import heartbeat as hb
 from rl_pbt.runtime.messages import (
     ApplyPBT,
@@ -95,11 +92,7 @@ class LearnerHost:
             )
         elif isinstance(msg, PublishSnapshot):
             learner = self.learners[msg.policy_id]
-            params = learner.params
-            params.seq[msg.row] += 1
-            flatten_state(learner.model, params.flat[msg.row])
-            params.version[msg.row] = learner.version
-            params.seq[msg.row] += 1
+            learner.params.publish(msg.row, learner.model, learner.version)
             # workers hear of the snapshot only after its weights are in place
             self.report_queue.put(
                 LearnerEvent(
@@ -153,35 +146,30 @@ class LearnerHost:
         return trained
 
 
-def learner_process_main(
-    make_learner,
-    policy_id: int,
-    in_queue,
-    learner_queues,
-    report_queue,
-    heartbeats,
-    hb_idx: int,
-    resume: bool,
-    registry_snapshot,
-) -> None:
-    torch.set_num_threads(1)
-    from rl_pbt.envs.registry import restore_registry
+def learner_process_main(spec, policy_ids: list[int]) -> None:
+    """Entry point of the process hosting the learners of `policy_ids` (one policy, or every
+    policy of one device with --learner_processes=per_device). Module-level, so any start
+    method can run it; CUDA is first touched here, never in the parent."""
+    from rl_pbt.runtime.processes import build_learner, child_setup
 
-    restore_registry(registry_snapshot)
+    child_setup(spec, "learner", policy_ids[0])
+    report_queue, heartbeats = spec.report_queue, spec.heartbeats
+    hb_index = {p: spec.learner_hb(p) for p in policy_ids}
     parent = hb.ParentWatch()
     host = None
     try:
-        heartbeats.beat(hb_idx, hb.STARTING, policy_id)
-        learner = make_learner(policy_id)
+        for p in policy_ids:
+            heartbeats.beat(hb_index[p], hb.STARTING, p)
+        learners = {p: build_learner(spec, p) for p in policy_ids}
         host = LearnerHost(
-            {policy_id: learner},
-            in_queue,
-            learner_queues,
+            learners,
+            spec.learner_queues[policy_ids[0]],  # the policies of one process share a queue
+            spec.learner_queues,
             report_queue,
             heartbeats,
-            {policy_id: hb_idx},
+            hb_index,
         )
-        host.start(resume)
+        host.start(spec.resuming)
         while not host.stopped:
             host.poll(timeout=0.05)
             if parent.gone():  # the runner died without a word: keep what was learned
@@ -190,8 +178,9 @@ def learner_process_main(
         if host is not None:
             host.handle(Stop(save=True))
     except Exception:
-        report_queue.put(LearnerEvent(policy_id, "error", traceback.format_exc()))
+        report_queue.put(LearnerEvent(policy_ids[0], "error", traceback.format_exc()))
         time.sleep(0.5)
         raise
     finally:
-        heartbeats.beat(hb_idx, hb.STOPPED, policy_id)
+        for p in policy_ids:
+            heartbeats.beat(hb_index[p], hb.STOPPED, p)

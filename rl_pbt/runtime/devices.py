@@ -1,8 +1,25 @@
-"""Which device each policy's learner and inference use: the one mapping function."""
+"""Devices and process start: which device each policy uses (the one mapping function), how
+many GPUs there are (counted without initialising CUDA in the main process), how children
+start, and the seeds each process derives from the run's seed.
+
+CUDA's driver state does not survive fork: a child forked from a parent that touched CUDA
+fails on its first CUDA call. So the main process never calls into `torch.cuda`; it counts
+devices through `CUDA_VISIBLE_DEVICES`, NVML (the optional `nvidia-ml-py`) or a short child
+process, and starts children with forkserver (or spawn) whenever a policy lives on CUDA.
+"""
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
 from typing import Optional
+
+import numpy as np
+
+from rl_pbt.config.parse import ConfigError
+
+_PROBE = "import torch; print(torch.cuda.device_count() if torch.cuda.is_available() else 0)"
 
 
 def policy_device(policy_id: int, num_gpus: int, device_flag: str = "auto") -> str:
@@ -14,14 +31,81 @@ def policy_device(policy_id: int, num_gpus: int, device_flag: str = "auto") -> s
     return f"cuda:{policy_id % num_gpus}"
 
 
-def visible_gpu_count(device_flag: str = "auto") -> int:
-    if device_flag == "cpu":
+def _visible_devices_env() -> Optional[list[str]]:
+    """The entries of CUDA_VISIBLE_DEVICES, or None when it is not set."""
+    value = os.environ.get("CUDA_VISIBLE_DEVICES")
+    if value is None:
+        return None
+    entries = [v.strip() for v in value.split(",") if v.strip()]
+    # CUDA stops at the first invalid entry: '-1' (or anything negative) hides what follows
+    out = []
+    for v in entries:
+        if v.lstrip("-").isdigit() and int(v) < 0:
+            break
+        out.append(v)
+    return out
+
+
+def _nvml_count() -> Optional[int]:
+    try:
+        import pynvml
+    except ImportError:
+        return None
+    try:
+        pynvml.nvmlInit()
+        try:
+            return int(pynvml.nvmlDeviceGetCount())
+        finally:
+            pynvml.nvmlShutdown()
+    except Exception:  # no driver, no device: NVML raises its own error types
         return 0
+
+
+def _child_count() -> int:
+    """Ask a short-lived child process, so this process never initialises CUDA."""
     import torch
 
-    n = torch.cuda.device_count() if torch.cuda.is_available() else 0
+    if torch.version.cuda is None and getattr(torch.version, "hip", None) is None:
+        return 0  # a CPU build of torch: no CUDA to find, and no need to start a child
+    try:
+        out = subprocess.run(
+            [sys.executable, "-c", _PROBE], capture_output=True, text=True, timeout=120
+        )
+        return int(out.stdout.strip().splitlines()[-1]) if out.returncode == 0 else 0
+    except (subprocess.SubprocessError, ValueError, IndexError, OSError):
+        return 0
+
+
+def probe_gpu_count() -> int:
+    """Visible CUDA devices, counted without touching `torch.cuda` in this process."""
+    visible = _visible_devices_env()
+    if visible is not None and not visible:
+        return 0
+    n = _nvml_count()
+    if n is None:
+        n = _child_count()
+    elif visible is not None:
+        n = min(n, len(visible))
+    return n
+
+
+def visible_gpu_count(device_flag: str = "auto", num_gpus_flag: int = -1) -> int:
+    """GPUs the run uses: 0 with --device=cpu, else the visible ones (at most --num_gpus).
+    Raises ConfigError, before anything is written, for --device=gpu without a GPU."""
+    if device_flag == "cpu" or num_gpus_flag == 0:
+        if device_flag == "gpu":
+            raise ConfigError("--device=gpu with --num_gpus=0: use --device=cpu, or num_gpus > 0")
+        return 0
+    n = probe_gpu_count()
     if device_flag == "gpu" and n == 0:
-        raise RuntimeError("--device=gpu but no CUDA device is visible; use --device=cpu")
+        raise ConfigError(
+            "--device=gpu: no CUDA device is visible (CUDA_VISIBLE_DEVICES="
+            f"{os.environ.get('CUDA_VISIBLE_DEVICES', '<unset>')!s}); use --device=cpu or auto"
+        )
+    if num_gpus_flag > 0:
+        if num_gpus_flag > n and device_flag == "gpu":
+            raise ConfigError(f"--num_gpus={num_gpus_flag}: only {n} CUDA device(s) visible")
+        n = min(n, num_gpus_flag)
     return n
 
 
@@ -33,8 +117,43 @@ def device_map(
     return {p: policy_device(p, num_gpus, device_flag) for p in range(num_policies)}
 
 
+def uses_cuda(device_of: dict[int, str]) -> bool:
+    return any(d.startswith("cuda") for d in device_of.values())
+
+
+def resolve_start_method(flag: str, cuda: bool) -> str:
+    """--mp_start_method: auto forks only when no CUDA device is used (fork shares the
+    parent's pages for free and starts fastest); with CUDA, forkserver."""
+    if flag == "auto":
+        if cuda or not sys.platform.startswith("linux"):
+            return "forkserver" if sys.platform != "win32" else "spawn"
+        return "fork"
+    if flag == "fork" and cuda:
+        raise ConfigError(
+            "--mp_start_method=fork: the policies live on CUDA, which a forked child cannot "
+            "use; allowed with CUDA: auto, forkserver, spawn"
+        )
+    return flag
+
+
 def describe(device_of: dict[int, str], num_gpus: Optional[int] = None) -> str:
     groups: dict[str, list[int]] = {}
     for p, d in device_of.items():
         groups.setdefault(d, []).append(p)
     return ", ".join(f"{d}: policies {ps}" for d, ps in sorted(groups.items()))
+
+
+# --- seeds -------------------------------------------------------------------------------------
+_ROLES = {"learner": 1, "worker": 2, "env": 3, "inference": 4, "pbt": 5}
+
+
+def fresh_seed() -> int:
+    """A run seed when --seed is not given (logged, so the run can be repeated)."""
+    return int(np.random.SeedSequence().generate_state(1)[0] & 0x7FFFFFFF)
+
+
+def derive_seed(run_seed: int, role: str, index: int = 0) -> int:
+    """Independent seed for one component (policy p's learner, worker w, ...) of a run: every
+    process gets its own stream, and the same run seed gives the same streams."""
+    seq = np.random.SeedSequence([int(run_seed) & 0xFFFFFFFF, _ROLES[role], int(index)])
+    return int(seq.generate_state(1)[0] & 0x7FFFFFFF)

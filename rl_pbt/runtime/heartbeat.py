@@ -21,10 +21,25 @@ ACTIVITIES = [
     "applying a PBT update",
     "stopped",
     "resetting env {detail}",
+    "waiting for the first weights of policy {detail}",
+    "waiting for actions from the inference server of {detail}",
+    "waiting for action requests",
 ]
-STARTING, STEPPING, INFERENCE, WAIT_SLOT, WAIT_DATA, TRAINING, SAVING, PBT, STOPPED, RESETTING = (
-    range(len(ACTIVITIES))
-)
+(
+    STARTING,
+    STEPPING,
+    INFERENCE,
+    WAIT_SLOT,
+    WAIT_DATA,
+    TRAINING,
+    SAVING,
+    PBT,
+    STOPPED,
+    RESETTING,
+    WAIT_WEIGHTS,
+    WAIT_ACTIONS,
+    WAIT_REQUESTS,
+) = range(len(ACTIVITIES))
 
 
 class Heartbeats:
@@ -69,7 +84,8 @@ class Heartbeats:
         out = []
         for i in range(len(self.names)):
             # starting (imports, env creation, connecting games) gets a longer grace period
-            limit = timeout * (3 if self._act_np[i] in (STARTING, RESETTING) else 1)
+            slow_start = self._act_np[i] in (STARTING, RESETTING, WAIT_WEIGHTS)
+            limit = timeout * (3 if slow_start else 1)
             if self._act_np[i] != STOPPED and self.silent_for(i, now) > limit:
                 out.append((i, self.silent_for(i, now)))
         return out

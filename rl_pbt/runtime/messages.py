@@ -130,6 +130,25 @@ class SetRatings:
     ratings: dict
 
 
+# --- rollout worker <-> inference server ----------------------------------------------------
+
+
+@dataclass
+class InferenceRequest:
+    """Act for actors [lo, hi) of rollout worker `worker_idx` (their data is in InferenceIO)."""
+
+    worker_idx: int
+    split: int
+    lo: int
+    hi: int
+
+
+@dataclass
+class InferenceReply:
+    server: int
+    split: int
+
+
 class LocalQueue:
     """In-process queue with the subset of faster_fifo.Queue's interface we use."""
 

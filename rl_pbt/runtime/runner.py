@@ -11,10 +11,8 @@ import multiprocessing
 import os
 import queue
 import shutil
-import sys
 import time
 import traceback
-from functools import partial
 from typing import Optional
 
 import numpy as np
@@ -27,7 +25,7 @@ from rl_pbt.config.policy_values import (
     load_policy_values,
     split_values,
 )
-from rl_pbt.envs.registry import has_batched_env, make_env, make_env_batch, registry_snapshot
+from rl_pbt.envs.registry import make_env, registry_snapshot
 from rl_pbt.envs.wrappers import as_multiagent, reward_shaping_target
 from rl_pbt.learning.learner import Learner, default_hparams, transfer_size
 from rl_pbt.learning.learner_process import LearnerHost, learner_process_main
@@ -39,7 +37,15 @@ from rl_pbt.memory.slots import SlotPool
 from rl_pbt.models.actor_critic import make_actor_critic
 from rl_pbt.pbt.search_space import flatten_shaping, unflatten_shaping
 from rl_pbt.runtime import heartbeat as hb
-from rl_pbt.runtime.devices import describe, device_map, visible_gpu_count
+from rl_pbt.runtime.devices import (
+    derive_seed,
+    describe,
+    device_map,
+    fresh_seed,
+    resolve_start_method,
+    uses_cuda,
+    visible_gpu_count,
+)
 from rl_pbt.runtime.messages import (
     ApplyPBT,
     ExportState,
@@ -54,14 +60,23 @@ from rl_pbt.runtime.messages import (
     drain,
     make_queue,
 )
-from rl_pbt.sampling.elo import EloRatings, matches_from_episode, scores_against_snapshots
-from rl_pbt.sampling.matchmaking import (
-    LeastServedMatchmaker,
-    SnapshotPool,
-    make_matchmaker,
-    snapshot_id,
+from rl_pbt.runtime.processes import (
+    RunSpec,
+    build_learner,
+    build_worker,
+    check_picklable_registry,
+    learner_groups,
+    seed_everything,
 )
-from rl_pbt.sampling.rollout_worker import RolloutWorker
+from rl_pbt.sampling.elo import EloRatings, matches_from_episode, scores_against_snapshots
+from rl_pbt.sampling.inference_server import (
+    DirectServer,
+    InferenceIO,
+    InferencePlan,
+    InferenceServer,
+    inference_process_main,
+)
+from rl_pbt.sampling.matchmaking import SnapshotPool, snapshot_id
 from rl_pbt.sampling.worker_process import worker_process_main
 
 ELO_SAVE_EVERY_S = 30.0  # elo.json is also written at every stop
@@ -92,14 +107,6 @@ def prepare_experiment_dir(cfg: Cfg) -> tuple[str, bool]:
     return exp_dir, exists
 
 
-def _make_env_for(cfg: Cfg, env_config: dict):
-    return make_env(cfg.env, cfg, env_config)
-
-
-def _make_env_batch_for(cfg: Cfg, env_configs: list[dict]):
-    return make_env_batch(cfg.env, cfg, env_configs)
-
-
 class Runner:
     def __init__(self, cfg: Cfg):
         self.cfg = cfg
@@ -123,13 +130,23 @@ class Runner:
                 f"it needs a multi-agent env, and --env={cfg.env} has one agent"
             )
 
+        # devices and the start method, before anything is written: a config error (say
+        # --device=gpu on a machine without one) leaves the folder alone. No torch.cuda call
+        # here: CUDA is first touched in the children.
+        num_gpus = visible_gpu_count(cfg.device, cfg.num_gpus)
+        self.device_of = device_map(cfg.num_policies, num_gpus, cfg.device)
+        self.uses_cuda = uses_cuda(self.device_of)
+        self.start_method = resolve_start_method(cfg.mp_start_method, self.uses_cuda)
+        self.registry = registry_snapshot([cfg.env])
+        if not cfg.serial_mode and self.start_method != "fork":
+            check_picklable_registry(self.registry, cfg.env, self.start_method)
+        # the run's seed: --seed, else a fresh one (logged); every process derives its own
+        self.run_seed = cfg.seed if cfg.seed is not None else fresh_seed()
+
         self.exp_dir, self.resuming = prepare_experiment_dir(cfg)
         save_cfg(cfg, os.path.join(self.exp_dir, "config.json"))
-        if cfg.seed is not None:
-            torch.manual_seed(cfg.seed)
+        seed_everything(self.run_seed)
         self.num_policies = cfg.num_policies
-        num_gpus = 0 if cfg.serial_mode else visible_gpu_count(cfg.device)
-        self.device_of = device_map(cfg.num_policies, num_gpus, cfg.device)
 
         template = self.make_model()
         _warm_up_imports(template)
@@ -151,13 +168,37 @@ class Runner:
         self.pool.fill()
 
         self.report_queue = make_queue(cfg.serial_mode, max_size_bytes=20_000_000)
-        self.learner_queues = [
-            make_queue(cfg.serial_mode, max_size_bytes=8_000_000) for _ in range(cfg.num_policies)
-        ]
+        # the policies hosted by one learner process share its queue (messages name the policy)
+        self.groups = [[p] for p in range(cfg.num_policies)]
+        if not cfg.serial_mode:
+            self.groups = learner_groups(cfg, self.device_of)
+        self.learner_queues: list = [None] * cfg.num_policies
+        for group in self.groups:
+            q = make_queue(cfg.serial_mode, max_size_bytes=8_000_000)
+            for p in group:
+                self.learner_queues[p] = q
         self.worker_queues = [make_queue(cfg.serial_mode) for _ in range(cfg.num_workers)]
+        self.inference = None  # InferencePlan with --inference=device
+        self.inference_mode = cfg.inference
+        if self.inference_mode == "auto":
+            self.inference_mode = "device" if self.uses_cuda else "local"
+        if self.inference_mode == "device":
+            io = InferenceIO.allocate(
+                cfg.num_workers,
+                cfg.num_envs_per_worker * self.num_agents,
+                template.obs_spec,
+                template.act_spec,
+                template.rnn_size,
+                len(set(self.device_of.values())),
+            )
+            self.inference = InferencePlan.for_devices(
+                io, self.device_of, lambda: make_queue(cfg.serial_mode, max_size_bytes=1_000_000)
+            )
         names = [f"rollout worker {i}" for i in range(cfg.num_workers)] + [
             f"learner {p}" for p in range(cfg.num_policies)
         ]
+        if self.inference is not None:
+            names += [f"inference server on {d}" for d in self.inference.devices]
         self.heartbeats = hb.Heartbeats(names)
         self.stop_flag = torch.zeros(1, dtype=torch.int32).share_memory_()
 
@@ -180,15 +221,41 @@ class Runner:
         self.snapshot_row_of: dict[str, int] = {}  # every snapshot in the pool -> its row
         self.last_snapshot_steps = [0] * cfg.num_policies
         self.processes: list = []
+        self.proc_hb: dict[str, int] = {}  # process name -> its (first) heartbeat row
         self.copy_decided_at: dict[int, float] = {}
         # per replacement: seconds from the decision to the weights copied, to the first
         # trajectory from the copied weights, to the first update on it
         self.copy_latencies: list[tuple[float, float, float]] = []
         self.start_time = time.time()
 
-    # --- factories (picklable partials, so spawn works too) --------------------------------
+    # --- factories --------------------------------------------------------------------------
     def make_model(self):
         return make_actor_critic(self.obs_space, self.action_space, self.cfg)
+
+    def spec(self) -> RunSpec:
+        """What every child needs, picklable (fork, forkserver and spawn alike)."""
+        return RunSpec(
+            cfg=self.cfg,
+            exp_dir=self.exp_dir,
+            resuming=self.resuming,
+            run_seed=self.run_seed,
+            obs_space=self.obs_space,
+            action_space=self.action_space,
+            num_agents=self.num_agents,
+            device_of=dict(self.device_of),
+            buffers=self.buffers,
+            params=self.params,
+            pool=self.pool,
+            learner_queues=self.learner_queues,
+            worker_queues=self.worker_queues,
+            report_queue=self.report_queue,
+            heartbeats=self.heartbeats,
+            stop_flag=self.stop_flag,
+            registry=self.registry,
+            initial_shaping={p: self._policy_shaping(p) for p in range(self.num_policies)},
+            use_snapshots=self.use_snapshots,
+            inference=self.inference,
+        )
 
     def _make_pbt(self):
         if self.cfg.pbt_replay_lineage:
@@ -210,7 +277,7 @@ class Runner:
             default_hparams(self.cfg),
             self.default_shaping,
             self.exp_dir,
-            seed=self.cfg.seed,
+            seed=derive_seed(self.run_seed, "pbt"),
             initial_values=self.policy_values,
         )
 
@@ -247,6 +314,10 @@ class Runner:
             f"{cfg.num_policies} policies on {describe(self.device_of)}; {self.n_params:,} "
             f"parameters per policy; {self.buffers.num_slots} trajectory slots"
         )
+        seed_note = "" if cfg.seed is not None else f" (random; --seed={self.run_seed} repeats it)"
+        mode = "serial mode" if cfg.serial_mode else f"children start by {self.start_method}"
+        mode += f"; {self.inference_mode} inference"
+        log(f"seed {self.run_seed}{seed_note}; {mode}")
         if cfg.with_pbt and self.default_shaping is not None:
             log(f"PBT reward shaping defaults: {self.default_shaping}")
         if self.policy_values is not None:
@@ -274,71 +345,10 @@ class Runner:
             self.stats.close()
 
     def _worker_factory(self, worker_idx: int, should_stop, blocking: bool = True):
-        cfg = self.cfg
-        worker_snapshots: dict[str, int] = {}
-        ratings = EloRatings()
-        matchmaker = make_matchmaker(
-            cfg.matchmaking,
-            cfg.num_policies,
-            cfg.pbt_mix_policies_in_one_env,
-            cfg.selfplay_snapshot_prob if self.use_snapshots else 0.0,
-            ratings=ratings,
-            pool=_LivePool(worker_snapshots),
-        )
-        share = self._policy_share(worker_idx)
-        if share is not None:
-            matchmaker = LeastServedMatchmaker(share, cfg.policy_focus_env_steps)
-        worker = RolloutWorker(
-            cfg,
-            worker_idx,
-            partial(_make_env_for, cfg),
-            self.make_model,
-            self.buffers,
-            self.pool,
-            self.params,
-            self.learner_queues,
-            self.report_queue,
-            matchmaker,
-            self.heartbeats,
-            worker_idx,
-            should_stop,
-            blocking=blocking,
-            make_env_batch=(
-                partial(_make_env_batch_for, cfg)
-                if cfg.batched_envs and has_batched_env(cfg.env)
-                else None
-            ),
-            initial_shaping={p: self._policy_shaping(p) for p in range(cfg.num_policies)},
-        )
-        worker.snapshot_store = worker_snapshots
-        worker.ratings = ratings
-        return worker
-
-    def _policy_share(self, worker_idx: int):
-        """Single-agent envs: worker w plays policies p with p % num_workers == w (when that
-        splits the population evenly), so its fused forward reads a fraction of the weights;
-        every policy still gets an equal share of experience."""
-        cfg = self.cfg
-        if (
-            self.num_agents != 1
-            or cfg.serial_mode
-            or cfg.num_workers < 2
-            or cfg.num_policies % cfg.num_workers != 0
-        ):
-            return None
-        return list(range(worker_idx, cfg.num_policies, cfg.num_workers))
+        return build_worker(self.spec(), worker_idx, should_stop, blocking=blocking)
 
     def _learner_factory(self, policy_id: int) -> Learner:
-        return Learner(
-            self.cfg,
-            policy_id,
-            self.make_model(),
-            self.buffers,
-            self.pool,
-            self.params,
-            self.device_of[policy_id],
-            self.exp_dir,
-        )
+        return build_learner(self.spec(), policy_id)
 
     def _run_serial(self) -> int:
         cfg = self.cfg
@@ -348,6 +358,11 @@ class Runner:
         )
         host.start(self.resuming)
         self._initial_messages()
+        if self.inference is not None:  # served on the spot, in this process
+            spec = self.spec()
+            for i in range(len(self.inference.devices)):
+                server = InferenceServer(self.inference, i, spec.make_model, self.params)
+                self.inference.request_queues[i] = DirectServer(server)
         workers = [
             self._worker_factory(i, lambda: False, blocking=False) for i in range(cfg.num_workers)
         ]
@@ -371,48 +386,36 @@ class Runner:
         self._tick(final=True)
         return status
 
-    def _run_parallel(self) -> int:
-        cfg = self.cfg
-        ctx = multiprocessing.get_context("fork" if sys.platform.startswith("linux") else "spawn")
-        snap = registry_snapshot()
-        for p in range(self.num_policies):
-            proc = ctx.Process(
-                target=learner_process_main,
-                name=f"learner_{p}",
-                daemon=True,
-                args=(
-                    self._learner_factory,
-                    p,
-                    self.learner_queues[p],
-                    self.learner_queues,
-                    self.report_queue,
-                    self.heartbeats,
-                    cfg.num_workers + p,
-                    self.resuming,
-                    snap,
-                ),
-            )
-            proc.start()
-            self.processes.append(proc)
+    def _start_processes(self, ctx) -> None:
+        spec = self.spec()
+        for group in self.groups:
+            name = f"learner_{group[0]}"
+            if len(group) > 1:
+                name = f"learners_{self.device_of[group[0]]}"
+            self._start(ctx, learner_process_main, name, (spec, group), spec.learner_hb(group[0]))
         self._initial_messages()
-        for w in range(cfg.num_workers):
-            proc = ctx.Process(
-                target=worker_process_main,
-                name=f"rollout_worker_{w}",
-                daemon=True,
-                args=(
-                    self._worker_factory,
-                    w,
-                    self.worker_queues[w],
-                    self.report_queue,
-                    self.stop_flag,
-                    self.heartbeats,
-                    w,
-                    snap,
-                ),
-            )
-            proc.start()
-            self.processes.append(proc)
+        if self.inference is not None:
+            for i, device in enumerate(self.inference.devices):
+                name = f"inference_{device}"
+                self._start(ctx, inference_process_main, name, (spec, i), spec.inference_hb(i))
+        for w in range(self.cfg.num_workers):
+            self._start(ctx, worker_process_main, f"rollout_worker_{w}", (spec, w), w)
+
+    def _start(self, ctx, target, name: str, args: tuple, hb_idx: int) -> None:
+        proc = ctx.Process(target=target, name=name, daemon=True, args=args)
+        proc.start()
+        self.processes.append(proc)
+        self.proc_hb[name] = hb_idx
+
+    def _mp_context(self):
+        ctx = multiprocessing.get_context(self.start_method)
+        if self.start_method == "forkserver":
+            # modules imported once by the server, so children start fast and share their pages
+            ctx.set_forkserver_preload(["__main__", "torch", "rl_pbt.runtime.processes"])
+        return ctx
+
+    def _run_parallel(self) -> int:
+        self._start_processes(self._mp_context())
         status = 0
         try:
             while not self._tick():
@@ -434,7 +437,7 @@ class Runner:
     def _check_health(self) -> None:
         for proc in self.processes:
             if proc.exitcode is not None and not self.stop_flag[0]:
-                idx = self._hb_index(proc.name)
+                idx = self.proc_hb[proc.name]
                 raise ComponentFailure(
                     f"{self.heartbeats.names[idx]} died (exit code {proc.exitcode}) while "
                     f"{self.heartbeats.describe(idx)}"
@@ -446,10 +449,6 @@ class Runner:
                 f"{self.heartbeats.names[idx]} stopped answering "
                 f"{silent:.0f} s ago while {self.heartbeats.describe(idx)}"
             )
-
-    def _hb_index(self, proc_name: str) -> int:
-        kind, _, num = proc_name.rpartition("_")
-        return int(num) if kind == "rollout_worker" else self.cfg.num_workers + int(num)
 
     def _shutdown(self) -> None:
         """Stop everyone, let the learners save, write the side state. Never raises on a
@@ -643,6 +642,9 @@ class Runner:
             {"weights_copied": c, "first_experience": f, "first_update": t}
             for c, f, t in self.copy_latencies
         ]
+        if self.inference is not None:
+            forwards, actors = self.inference.io.stats.sum(0).tolist()
+            summary["inference_batch_size"] = actors / forwards if forwards else 0.0
         atomic_write_json(os.path.join(self.exp_dir, "summary.json"), summary)
         if self.pbt is not None:
             self.pbt.save()
@@ -678,19 +680,6 @@ class _MergedQueue:
         if not out:
             raise std_queue.Empty
         return out
-
-
-class _LivePool:
-    """The snapshot ids a worker currently knows, seen through the SnapshotPool interface."""
-
-    def __init__(self, mapping: dict):
-        self.mapping = mapping
-
-    def ids(self) -> list[str]:
-        return list(self.mapping)
-
-    def __len__(self) -> int:
-        return len(self.mapping)
 
 
 def run(cfg: Cfg) -> int:

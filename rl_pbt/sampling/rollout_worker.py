@@ -26,12 +26,14 @@ from rl_pbt.models.obs import obs_to_dict
 from rl_pbt.runtime import heartbeat as hb
 from rl_pbt.runtime.messages import (
     EpisodeStats,
+    InferenceRequest,
     MatchResult,
     SetRatings,
     SetRewardShaping,
     SetSnapshots,
     Trajectories,
     WorkerReport,
+    drain,
 )
 from rl_pbt.sampling.fused_inference import FusedPopulationPolicy
 
@@ -59,6 +61,8 @@ class RolloutWorker:
         blocking: bool = True,
         make_env_batch: Optional[Callable[[list[dict]], Any]] = None,
         initial_shaping: Optional[dict[int, dict]] = None,
+        seed: Optional[int] = None,
+        inference=None,
     ):
         self.cfg = cfg
         self.idx = worker_idx
@@ -73,7 +77,9 @@ class RolloutWorker:
         self.hb_idx = heartbeat_idx
         self.should_stop = should_stop
         self.blocking = blocking
-        self.rng = np.random.default_rng(None if cfg.seed is None else cfg.seed * 1000 + worker_idx)
+        # this worker's own stream (matchmaking, decorrelation, env seeds): from its derived
+        # seed, so workers differ and a seeded run repeats
+        self.rng = np.random.default_rng(seed)
         self.num_policies = cfg.num_policies
         self.T = cfg.rollout
         self.rec = recurrence(cfg)
@@ -153,18 +159,44 @@ class RolloutWorker:
         self.matches: list[MatchResult] = []
         self.steps_since_report = 0
         self.last_report = time.monotonic()
+        self.remote = inference
+        self.splits = 1
+        if inference is not None:
+            self._use_inference_server(inference)
         self._start_envs()
 
     # --- setup ----------------------------------------------------------------------------
+    def _use_inference_server(self, plan) -> None:
+        """--inference=device: observations, RNN states and answers live in the shared
+        InferenceIO rows of this worker; the envs step in `worker_num_splits` groups, one
+        group stepping while the server computes the other's actions (a batched env steps all
+        its copies in one call, so it keeps one group)."""
+        io, w = plan.io, self.idx
+        self.cur_obs = {k: io.obs[k][w].numpy() for k in self.obs_keys}
+        self.h = io.h[w]  # the server replaces each served actor's state with the next one
+        self.h_before = torch.zeros_like(self.h)
+        self.io_rows = io.rows[w].numpy()
+        self.io_out = (
+            io.actions[w].numpy(),
+            io.log_probs[w].numpy(),
+            io.values[w].numpy(),
+            io.versions[w].numpy(),
+        )
+        if self.batch is None:
+            self.splits = self.cfg.worker_num_splits
+        self.outstanding = [0] * self.splits  # replies still due, per group
+        self.requested = [False] * self.splits
+        self.copies_noticed_from = False
+
     def _beat(self, activity: int, detail: int = 0) -> None:
         if self.heartbeats is not None:
             self.heartbeats.beat(self.hb_idx, activity, detail)
 
     def _start_envs(self) -> None:
+        self.action_space.seed(int(self.rng.integers(2**31)))
         for e, env in enumerate(self.envs):
             self._beat(hb.RESETTING, e)
-            seed = None if self.cfg.seed is None else self.cfg.seed * 100_003 + self.idx * 1000 + e
-            obs_list, _ = env.reset(seed=seed)
+            obs_list, _ = env.reset(seed=int(self.rng.integers(2**31)))
             if self.cfg.decorrelate_envs_on_one_worker and self.num_agents == 1:
                 for _ in range(int(self.rng.integers(0, 2 * self.T))):
                     obs_list, *_ = env.step([self.action_space.sample()])
@@ -246,6 +278,8 @@ class RolloutWorker:
         # the write counter, not the version, tells that weights changed: a snapshot row that
         # is reused may hold a new snapshot with the same version number as the old one
         seq = int(self.params.seq[row])
+        if seq == 0:  # never published: wait for version 0 (or the resumed checkpoint)
+            seq = self._wait_published(row)
         if seq != self.model_seq[row]:
             read_before = self.model_seq[row] >= 0
             version = self.params.read_into(row, model)
@@ -259,6 +293,18 @@ class RolloutWorker:
             if self.fused is not None:
                 self.fused.load(row, model)
         return model
+
+    def _wait_published(self, row: int) -> int:
+        """No action comes from unpublished (all-zero) weights: wait for the learner's first
+        publish, which after a resume holds the checkpoint."""
+        while int(self._seq_now[row]) == 0:
+            if not self.blocking:
+                raise RuntimeError(f"policy {row} has no published weights yet")
+            self._beat(hb.WAIT_WEIGHTS, row)
+            if self.should_stop():
+                raise StopRequested
+            time.sleep(0.01)
+        return int(self._seq_now[row])
 
     @property
     def _prefer_steps(self) -> int:
@@ -313,23 +359,28 @@ class RolloutWorker:
 
     # --- the step -------------------------------------------------------------------------
     def step(self) -> None:
+        if self.remote is not None:
+            return self._step_remote()
         actions = self._act()
         self._beat(hb.STEPPING)
         finished: dict[int, list[int]] = {}
         if self.batch is not None:
             self._step_batch(actions, finished)
             return self._after_step(finished)
-        for e, env in enumerate(self.envs):
-            self._beat(hb.STEPPING, e)
-            base = e * self.num_agents
-            env_actions = [
-                to_env_action(self.act_spec, self.action_space, actions[base + a])
-                for a in range(self.num_agents)
-            ]
-            obs, rew, term, trunc, infos = env.step(env_actions)
-            dones = np.logical_or(np.asarray(term, bool), np.asarray(trunc, bool))
-            self._record(e, obs, rew, dones, infos, finished)
+        for e in range(len(self.envs)):
+            self._step_env(e, actions, finished)
         self._after_step(finished)
+
+    def _step_env(self, e: int, actions: np.ndarray, finished: dict) -> None:
+        self._beat(hb.STEPPING, e)
+        base = e * self.num_agents
+        env_actions = [
+            to_env_action(self.act_spec, self.action_space, actions[base + a])
+            for a in range(self.num_agents)
+        ]
+        obs, rew, term, trunc, infos = self.envs[e].step(env_actions)
+        dones = np.logical_or(np.asarray(term, bool), np.asarray(trunc, bool))
+        self._record(e, obs, rew, dones, infos, finished)
 
     def _step_batch(self, actions: np.ndarray, finished: dict) -> None:
         n, k = self.num_agents, len(self.envs)
@@ -376,6 +427,15 @@ class RolloutWorker:
             a, lp, v = self.fused.act(obs, policy_rows[idx])
             actions[idx] = a.numpy().reshape(len(idx), -1)
             logp[idx], values[idx] = lp.numpy(), v.numpy()
+        self._act_locally(groups, actions, logp, values, h_before)
+        if trains.any():
+            versions = self.model_version[policy_rows[trains]]
+            idx = np.flatnonzero(trains)
+            self._write_step(idx, policy_rows, actions, logp, values, h_before, versions)
+        return actions
+
+    def _act_locally(self, groups: dict, actions, logp, values, h_before) -> None:
+        """One forward pass of this worker's own copy of each seat's weights."""
         for seat, actors in groups.items():
             self._beat(hb.INFERENCE, seat if self._is_policy(seat) else -1)
             model = self._model_for(seat)
@@ -386,11 +446,79 @@ class RolloutWorker:
             logp[idx], values[idx] = lp.numpy(), v.numpy()
             if self.rnn_size:
                 self.h[idx] = h_after
-        if trains.any():
-            self._write_step(np.flatnonzero(trains), policy_rows, actions, logp, values, h_before)
+
+    # --- acting through the inference server (--inference=device) -----------------------------
+    def _split_actors(self, s: int) -> tuple[int, int]:
+        per = len(self.envs) // self.splits * self.num_agents
+        return s * per, (s + 1) * per
+
+    def _request(self, s: int) -> None:
+        """Ask the servers of the policies seated in group s for their next actions."""
+        lo, hi = self._split_actors(s)
+        rows = np.array([x if self._is_policy(x) else -1 for x in self.seat[lo:hi]])
+        self.io_rows[lo:hi] = rows
+        if self.rnn_size:
+            self.h_before[lo:hi] = self.h[lo:hi]
+        plan = self.remote
+        servers = {plan.server_of[r] for r in rows[rows >= 0].tolist()}
+        self.outstanding[s] = len(servers)
+        self.requested[s] = True
+        for server in servers:
+            plan.request_queues[server].put(InferenceRequest(self.idx, s, lo, hi))
+
+    def _wait_actions(self, s: int) -> None:
+        while self.outstanding[s] > 0:
+            for reply in drain(self.remote.reply_queues[self.idx], timeout=0.1):
+                self.outstanding[reply.split] -= 1
+            if self.outstanding[s] > 0:
+                if not self.blocking:
+                    raise RuntimeError("serial mode: the inference server did not answer")
+                self._beat(hb.WAIT_ACTIONS, s)
+                if self.should_stop():
+                    raise StopRequested
+
+    def _step_remote(self) -> None:
+        if not self.copies_noticed_from:
+            # versions seen so far are no PBT copies (a resumed run starts at its checkpoint)
+            for p in range(self.num_policies):
+                self._wait_published(p)
+            self._noticed_version[:] = self._version_now[: self.num_policies]
+            self.model_seq[:] = 0
+            self.copies_noticed_from = True
+        finished: dict[int, list[int]] = {}
+        per_env = len(self.envs) // self.splits
+        for s in range(self.splits):
+            if not self.requested[s]:
+                self._request(s)
+            self._wait_actions(s)
+            actions = self._act_remote(s)
+            self._beat(hb.STEPPING)
+            if self.batch is not None:
+                self._step_batch(actions, finished)
+            else:
+                for e in range(s * per_env, (s + 1) * per_env):
+                    self._step_env(e, actions, finished)
+            self._request(s)
+        self._after_step(finished)
+
+    def _act_remote(self, s: int) -> np.ndarray:
+        """The server's answers for group s (frozen snapshots' seats act here), written into
+        the trajectory slots; returns every actor's action (group s's are fresh)."""
+        lo, hi = self._split_actors(s)
+        actions, logp, values, versions = self.io_out
+        policy_rows = np.array([x if self._is_policy(x) else -1 for x in self.seat])
+        groups: dict[Any, list[int]] = {}
+        for i in range(lo, hi):
+            if policy_rows[i] < 0:
+                groups.setdefault(self.seat[i], []).append(i)
+        self._act_locally(groups, actions, logp, values, self.h_before)
+        self._notice_unseated_copies(np.empty(0, dtype=np.int64))
+        idx = lo + np.flatnonzero(policy_rows[lo:hi] >= 0)
+        if idx.size:
+            self._write_step(idx, policy_rows, actions, logp, values, self.h_before, versions[idx])
         return actions
 
-    def _write_step(self, idx, policy_rows, actions, logp, values, h_before) -> None:
+    def _write_step(self, idx, policy_rows, actions, logp, values, h_before, versions) -> None:
         slots, ts = self.slot[idx], self.t[idx]
         for k in self.obs_keys:
             self.np[f"obs.{k}"][slots, ts] = self.cur_obs[k][idx]
@@ -398,7 +526,7 @@ class RolloutWorker:
         self.np["log_probs"][slots, ts] = logp[idx]
         self.np["values"][slots, ts] = values[idx]
         self.np["policy_id"][slots, ts] = policy_rows[idx]
-        self.np["policy_version"][slots, ts] = self.model_version[policy_rows[idx]]
+        self.np["policy_version"][slots, ts] = versions
         if self.rnn_size:
             chunk_start = ts % self.rec == 0
             if chunk_start.any():
@@ -407,11 +535,17 @@ class RolloutWorker:
                 ].numpy()
         if self.pending_bootstrap:
             finished: dict[int, list[int]] = {}
+            acted = np.zeros(self.num_actors, dtype=bool)
+            acted[idx] = True
+            waiting = []
             for actor, old in self.pending_bootstrap:
+                if not acted[actor]:  # another group's actor: bootstrapped when it acts
+                    waiting.append((actor, old))
+                    continue
                 # the value of the first state of the next trajectory bootstraps the old one
                 self.np["values"][old, self.T] = values[actor]
                 finished.setdefault(int(policy_rows[actor]), []).append(old)
-            self.pending_bootstrap = []
+            self.pending_bootstrap = waiting
             self._send(finished)
 
     def _record(self, e, obs, rew, dones, infos, finished) -> None:

@@ -7,27 +7,18 @@ from __future__ import annotations
 
 import traceback
 
-import torch
-
 from rl_pbt.runtime import heartbeat as hb
 from rl_pbt.runtime.messages import LearnerEvent, Stop, drain
 from rl_pbt.sampling.rollout_worker import StopRequested
 
 
-def worker_process_main(
-    make_worker,
-    worker_idx: int,
-    control_queue,
-    report_queue,
-    stop_flag,
-    heartbeats,
-    hb_idx: int,
-    registry_snapshot,
-) -> None:
-    torch.set_num_threads(1)
-    from rl_pbt.envs.registry import restore_registry
+def worker_process_main(spec, worker_idx: int) -> None:
+    """Entry point of rollout worker `worker_idx` (module-level: any start method can run it)."""
+    from rl_pbt.runtime.processes import build_worker, child_setup
 
-    restore_registry(registry_snapshot)
+    child_setup(spec, "worker", worker_idx)
+    control_queue, report_queue = spec.worker_queues[worker_idx], spec.report_queue
+    stop_flag, heartbeats = spec.stop_flag, spec.heartbeats
     worker = None
     parent = hb.ParentWatch()
     try:
@@ -35,7 +26,7 @@ def worker_process_main(
         def should_stop() -> bool:
             return bool(stop_flag[0]) or parent.gone()
 
-        worker = make_worker(worker_idx, should_stop)
+        worker = build_worker(spec, worker_idx, should_stop)
         while not should_stop():
             for msg in drain(control_queue):
                 if isinstance(msg, Stop):
@@ -52,4 +43,4 @@ def worker_process_main(
     finally:
         if worker is not None:
             worker.close()
-        heartbeats.beat(hb_idx, hb.STOPPED)
+        heartbeats.beat(worker_idx, hb.STOPPED)

@@ -1,0 +1,220 @@
+"""What a child process needs to build its component, and the builders themselves.
+
+`RunSpec` is a picklable record (config, spaces, shared-memory buffers, queues, seeds, the
+env registry), so children start the same way under fork, forkserver and spawn; the process
+entry points (`worker_process_main`, `learner_process_main`, `inference_process_main`) are
+module-level functions that take it. Serial mode builds the same components from the same
+spec in one process.
+"""
+
+from __future__ import annotations
+
+import pickle
+import random
+from dataclasses import dataclass, field
+from functools import partial
+from typing import Any, Callable, Optional
+
+import numpy as np
+import torch
+
+from rl_pbt.config.parse import Cfg, ConfigError
+from rl_pbt.envs.registry import (
+    EnvEntry,
+    has_batched_env,
+    make_env,
+    make_env_batch,
+    restore_registry,
+)
+from rl_pbt.memory.buffers import TrajectoryBuffers
+from rl_pbt.memory.param_store import ParamStore
+from rl_pbt.memory.slots import SlotPool
+from rl_pbt.models.actor_critic import make_actor_critic
+from rl_pbt.runtime.devices import derive_seed
+from rl_pbt.runtime.heartbeat import Heartbeats
+
+
+@dataclass
+class RunSpec:
+    cfg: Cfg
+    exp_dir: str
+    resuming: bool
+    run_seed: int
+    obs_space: Any
+    action_space: Any
+    num_agents: int
+    device_of: dict[int, str]
+    buffers: TrajectoryBuffers
+    params: ParamStore
+    pool: SlotPool
+    learner_queues: list  # per policy (policies hosted by one process share one queue)
+    worker_queues: list  # control messages, per rollout worker
+    report_queue: Any
+    heartbeats: Heartbeats
+    stop_flag: torch.Tensor
+    registry: dict[str, EnvEntry]
+    initial_shaping: dict[int, Optional[dict]]
+    use_snapshots: bool
+    # device inference (None: rollout workers act locally)
+    inference: Any = None
+    extra: dict = field(default_factory=dict)
+
+    def make_model(self):
+        return make_actor_critic(self.obs_space, self.action_space, self.cfg)
+
+    def learner_hb(self, policy_id: int) -> int:
+        return self.cfg.num_workers + policy_id
+
+    def inference_hb(self, server_idx: int) -> int:
+        return self.cfg.num_workers + self.cfg.num_policies + server_idx
+
+
+def check_picklable_registry(registry: dict[str, EnvEntry], env_name: str, method: str) -> None:
+    """Children started by spawn/forkserver rebuild envs from pickled factories: a lambda or a
+    function local to another function cannot travel. Say so before anything starts."""
+    entry = registry.get(env_name)
+    if entry is None:
+        return
+    for what, fn in (("make_env_func", entry.make_env), ("make_batch_func", entry.make_batch)):
+        if fn is None:
+            continue
+        try:
+            pickle.dumps(fn)
+        except (pickle.PicklingError, AttributeError, TypeError) as e:
+            raise ConfigError(
+                f"--env={env_name}: its {what} {getattr(fn, '__qualname__', fn)!r} cannot be "
+                f"sent to child processes started with --mp_start_method={method} ({e}); "
+                "define it at module level (not a lambda or a nested function), or use "
+                "--mp_start_method=fork (CPU only)"
+            ) from e
+
+
+def child_setup(spec: RunSpec, role: str, index: int) -> int:
+    """First thing in every child: one CPU thread, the user's envs, this child's own seeds."""
+    torch.set_num_threads(1)
+    restore_registry(spec.registry)
+    seed = derive_seed(spec.run_seed, role, index)
+    seed_everything(seed)
+    return seed
+
+
+def seed_everything(seed: int) -> None:
+    torch.manual_seed(seed)
+    np.random.seed(seed % 2**32)
+    random.seed(seed)
+
+
+# --- rollout workers -------------------------------------------------------------------------
+def _make_env_for(cfg: Cfg, env_config: dict):
+    return make_env(cfg.env, cfg, env_config)
+
+
+def _make_env_batch_for(cfg: Cfg, env_configs: list[dict]):
+    return make_env_batch(cfg.env, cfg, env_configs)
+
+
+def policy_share(cfg: Cfg, num_agents: int, worker_idx: int) -> Optional[list[int]]:
+    """Single-agent envs: worker w plays policies p with p % num_workers == w (when that
+    splits the population evenly), so its fused forward reads a fraction of the weights;
+    every policy still gets an equal share of experience."""
+    if (
+        num_agents != 1
+        or cfg.serial_mode
+        or cfg.num_workers < 2
+        or cfg.num_policies % cfg.num_workers != 0
+    ):
+        return None
+    return list(range(worker_idx, cfg.num_policies, cfg.num_workers))
+
+
+def build_worker(
+    spec: RunSpec, worker_idx: int, should_stop: Callable[[], bool], blocking: bool = True
+):
+    from rl_pbt.sampling.elo import EloRatings
+    from rl_pbt.sampling.matchmaking import LeastServedMatchmaker, make_matchmaker
+    from rl_pbt.sampling.rollout_worker import RolloutWorker
+
+    cfg = spec.cfg
+    worker_snapshots: dict[str, int] = {}
+    ratings = EloRatings()
+    matchmaker = make_matchmaker(
+        cfg.matchmaking,
+        cfg.num_policies,
+        cfg.pbt_mix_policies_in_one_env,
+        cfg.selfplay_snapshot_prob if spec.use_snapshots else 0.0,
+        ratings=ratings,
+        pool=_LivePool(worker_snapshots),
+    )
+    share = policy_share(cfg, spec.num_agents, worker_idx)
+    if share is not None:
+        matchmaker = LeastServedMatchmaker(share, cfg.policy_focus_env_steps)
+    worker = RolloutWorker(
+        cfg,
+        worker_idx,
+        partial(_make_env_for, cfg),
+        spec.make_model,
+        spec.buffers,
+        spec.pool,
+        spec.params,
+        spec.learner_queues,
+        spec.report_queue,
+        matchmaker,
+        spec.heartbeats,
+        worker_idx,
+        should_stop,
+        blocking=blocking,
+        make_env_batch=(
+            partial(_make_env_batch_for, cfg)
+            if cfg.batched_envs and has_batched_env(cfg.env)
+            else None
+        ),
+        initial_shaping=dict(spec.initial_shaping),
+        seed=derive_seed(spec.run_seed, "worker", worker_idx),
+        inference=spec.inference,
+    )
+    worker.snapshot_store = worker_snapshots
+    worker.ratings = ratings
+    return worker
+
+
+class _LivePool:
+    """The snapshot ids a worker currently knows, seen through the SnapshotPool interface."""
+
+    def __init__(self, mapping: dict):
+        self.mapping = mapping
+
+    def ids(self) -> list[str]:
+        return list(self.mapping)
+
+    def __len__(self) -> int:
+        return len(self.mapping)
+
+
+# --- learners --------------------------------------------------------------------------------
+def build_learner(spec: RunSpec, policy_id: int):
+    """Policy p's learner; its initial weights come from its own seed, so policies differ
+    without --seed and repeat with it."""
+    from rl_pbt.learning.learner import Learner
+
+    seed = derive_seed(spec.run_seed, "learner", policy_id)
+    torch.manual_seed(seed)
+    return Learner(
+        spec.cfg,
+        policy_id,
+        spec.make_model(),
+        spec.buffers,
+        spec.pool,
+        spec.params,
+        spec.device_of[policy_id],
+        spec.exp_dir,
+    )
+
+
+def learner_groups(spec_cfg: Cfg, device_of: dict[int, str]) -> list[list[int]]:
+    """Which policies share a learner process: one each, or one process per device."""
+    if spec_cfg.learner_processes == "per_device":
+        groups: dict[str, list[int]] = {}
+        for p in sorted(device_of):
+            groups.setdefault(device_of[p], []).append(p)
+        return list(groups.values())
+    return [[p] for p in sorted(device_of)]

@@ -1,0 +1,264 @@
+"""Inference server (`--inference=device`): one per device, serving every policy placed on it.
+
+Rollout workers write each actor's observation, policy row and RNN state into `InferenceIO`
+(shared memory) and send an `InferenceRequest` naming a range of their actors; the server
+takes every request waiting, runs one forward pass per policy over the actors of all of them
+(one fused pass over the population on the CPU), writes actions, log-probs, values, next RNN
+states and the weights' version back, and answers each worker on its reply queue.
+
+Collaborators: rollout workers (requests, replies), ParamStore (weights, reloaded when a
+policy's write counter changes), the runner (starts it; reads its batch statistics).
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from typing import Any, Callable, Optional
+
+import numpy as np
+import torch
+
+from rl_pbt.memory.param_store import ParamStore
+from rl_pbt.models.action_dist import ActionSpec
+from rl_pbt.models.obs import ObsSpec, torch_dtype
+from rl_pbt.runtime import heartbeat as hb
+from rl_pbt.runtime.messages import InferenceReply, InferenceRequest, drain
+from rl_pbt.sampling.fused_inference import FusedPopulationPolicy
+
+NO_ROW = -1  # an actor the server does not act for (a frozen snapshot's seat, acted locally)
+
+
+@dataclass
+class InferenceIO:
+    """Per rollout worker and actor: what to act on, and the answer. Shared memory."""
+
+    obs: dict[str, torch.Tensor]  # [W, A, *shape]
+    rows: torch.Tensor  # [W, A] int64: the policy of each actor, NO_ROW for none
+    h: torch.Tensor  # [W, A, H]: RNN state before the step, replaced by the one after
+    actions: torch.Tensor  # [W, A, dim]
+    log_probs: torch.Tensor  # [W, A]
+    values: torch.Tensor  # [W, A]
+    versions: torch.Tensor  # [W, A] int64: learner version of the weights that acted
+    stats: torch.Tensor  # [servers, 2] float64: forward passes, actors served
+
+    @classmethod
+    def allocate(
+        cls,
+        num_workers: int,
+        actors: int,
+        obs_spec: ObsSpec,
+        act: ActionSpec,
+        rnn_size: int,
+        num_servers: int,
+    ) -> InferenceIO:
+        def shared(shape, dtype):
+            return torch.zeros(shape, dtype=dtype).share_memory_()
+
+        w, a = num_workers, actors
+        return cls(
+            obs={k: shared((w, a, *s), torch_dtype(d)) for k, s, d in obs_spec.items()},
+            rows=torch.full((w, a), NO_ROW, dtype=torch.int64).share_memory_(),
+            h=shared((w, a, max(rnn_size, 1)), torch.float32),
+            actions=shared((w, a, act.dim), act.dtype),
+            log_probs=shared((w, a), torch.float32),
+            values=shared((w, a), torch.float32),
+            versions=shared((w, a), torch.int64),
+            stats=shared((num_servers, 2), torch.float64),
+        )
+
+
+@dataclass
+class InferencePlan:
+    """Who serves whom: picklable, part of the RunSpec."""
+
+    io: InferenceIO
+    devices: list[str]  # server i runs on devices[i]
+    policies: list[list[int]]  # server i serves policies[i]
+    server_of: list[int]  # policy p -> its server
+    request_queues: list  # per server
+    reply_queues: list  # per rollout worker
+
+    @classmethod
+    def for_devices(cls, io: InferenceIO, device_of: dict[int, str], make_queue: Callable):
+        devices = sorted(set(device_of.values()))
+        policies = [[p for p in sorted(device_of) if device_of[p] == d] for d in devices]
+        server_of = [devices.index(device_of[p]) for p in sorted(device_of)]
+        return cls(
+            io,
+            devices,
+            policies,
+            server_of,
+            [make_queue() for _ in devices],
+            [make_queue() for _ in range(io.rows.shape[0])],
+        )
+
+
+class InferenceServer:
+    def __init__(
+        self,
+        plan: InferencePlan,
+        server_idx: int,
+        make_model: Callable[[], Any],
+        params: ParamStore,
+        heartbeats: Optional[hb.Heartbeats] = None,
+        hb_idx: int = 0,
+    ):
+        self.plan = plan
+        self.idx = server_idx
+        self.io = plan.io
+        self.device = torch.device(plan.devices[server_idx])
+        self.policies = list(plan.policies[server_idx])
+        self.params = params
+        self.heartbeats = heartbeats
+        self.hb_idx = hb_idx
+        if self.device.type == "cuda":
+            torch.cuda.set_device(self.device)
+        self.models = {}
+        for p in self.policies:
+            model = make_model().to(self.device)
+            model.eval()
+            self.models[p] = model
+        template = next(iter(self.models.values()))
+        self.obs_keys = template.obs_spec.keys
+        self.rnn_size = template.rnn_size
+        # the CPU gains from one fused pass over many small policies; a GPU batches per policy
+        fused_ok = self.device.type == "cpu" and FusedPopulationPolicy.supported(template)
+        self.fused = FusedPopulationPolicy(template, max(self.policies) + 1) if fused_ok else None
+        self.seq = {p: -1 for p in self.policies}
+        self.version = np.zeros(max(self.policies) + 1, dtype=np.int64)
+        self._seq_now = params.seq.numpy()
+
+    def _beat(self, activity: int, detail: int = 0) -> None:
+        if self.heartbeats is not None:
+            self.heartbeats.beat(self.hb_idx, activity, detail)
+
+    def refresh(self) -> None:
+        """Reload the weights of the policies whose learner published since the last look."""
+        for p in self.policies:
+            seq = int(self._seq_now[p])
+            if seq != self.seq[p] and seq > 0:
+                self.version[p] = self.params.read_into(p, self.models[p])
+                self.seq[p] = seq
+                if self.fused is not None:
+                    self.fused.load(p, self.models[p])
+
+    def wait_published(self, should_stop: Callable[[], bool], timeout: float = 1e9) -> bool:
+        """Serve nothing from unpublished weights: wait for every policy's first publish."""
+        deadline = time.monotonic() + timeout
+        for p in self.policies:
+            while int(self._seq_now[p]) == 0:
+                self._beat(hb.WAIT_WEIGHTS, p)
+                if should_stop() or time.monotonic() > deadline:
+                    return False
+                time.sleep(0.01)
+        self.refresh()
+        return True
+
+    def serve(self, requests: list[InferenceRequest]) -> None:
+        """Act for the actors of every request in as few forward passes as possible."""
+        if not requests:
+            return
+        self._beat(hb.INFERENCE, -1)
+        self.refresh()
+        io = self.io
+        wi, ai = _actor_index(requests)
+        rows = io.rows.numpy()[wi, ai]
+        mine = np.isin(rows, self.policies)
+        wi, ai, rows = wi[mine], ai[mine], rows[mine]
+        if rows.size:
+            self._forward(wi, ai, rows)
+        stats = io.stats[self.idx]
+        stats[0] += 1
+        stats[1] += float(rows.size)
+        for req in requests:
+            self.plan.reply_queues[req.worker_idx].put(InferenceReply(self.idx, req.split))
+
+    @torch.no_grad()
+    def _forward(self, wi: np.ndarray, ai: np.ndarray, rows: np.ndarray) -> None:
+        io = self.io
+        twi, tai = torch.from_numpy(wi), torch.from_numpy(ai)
+        obs = {k: io.obs[k][twi, tai].to(self.device, non_blocking=True) for k in self.obs_keys}
+        n = rows.size
+        actions = torch.empty((n, io.actions.shape[-1]), dtype=io.actions.dtype)
+        logp = torch.empty(n)
+        values = torch.empty(n)
+        if self.fused is not None:
+            a, lp, v = self.fused.act(obs, rows)
+            actions.copy_(a.reshape(n, -1))
+            logp.copy_(lp)
+            values.copy_(v)
+        else:
+            h_in = io.h[twi, tai].to(self.device, non_blocking=True) if self.rnn_size else None
+            h_out = torch.empty((n, io.h.shape[-1])) if self.rnn_size else None
+            for p in np.unique(rows).tolist():
+                sel = np.flatnonzero(rows == p)
+                tsel = torch.from_numpy(sel)
+                dsel = tsel.to(self.device, non_blocking=True)
+                part = {k: v.index_select(0, dsel) for k, v in obs.items()}
+                h = h_in.index_select(0, dsel) if h_in is not None else None
+                a, lp, v, h_next = self.models[p].act(part, h)
+                # one device->host copy per output of this policy
+                actions[tsel] = a.reshape(len(sel), -1).to("cpu", actions.dtype)
+                logp[tsel] = lp.float().cpu()
+                values[tsel] = v.float().cpu()
+                if h_out is not None:
+                    h_out[tsel] = h_next.float().cpu()
+            if h_out is not None:
+                io.h[twi, tai] = h_out
+        io.actions[twi, tai] = actions
+        io.log_probs[twi, tai] = logp
+        io.values[twi, tai] = values
+        io.versions[twi, tai] = torch.from_numpy(self.version[rows])
+
+
+def _actor_index(requests: list[InferenceRequest]) -> tuple[np.ndarray, np.ndarray]:
+    """(worker, actor) pairs of every actor the requests name, in request order."""
+    wi = [np.full(r.hi - r.lo, r.worker_idx, dtype=np.int64) for r in requests]
+    ai = [np.arange(r.lo, r.hi, dtype=np.int64) for r in requests]
+    return np.concatenate(wi), np.concatenate(ai)
+
+
+class DirectServer:
+    """Serial mode: a request 'queue' that serves the request on the spot."""
+
+    def __init__(self, server: InferenceServer):
+        self.server = server
+
+    def put(self, msg: InferenceRequest, block: bool = True, timeout: float = 0.0) -> None:
+        self.server.serve([msg])
+
+
+def inference_process_main(spec, server_idx: int) -> None:
+    """Entry point of inference server `server_idx` (module-level: any start method runs it)."""
+    import traceback
+
+    from rl_pbt.runtime.messages import LearnerEvent
+    from rl_pbt.runtime.processes import child_setup
+
+    child_setup(spec, "inference", server_idx)
+    plan: InferencePlan = spec.inference
+    hb_idx = spec.inference_hb(server_idx)
+    parent = hb.ParentWatch()
+
+    def should_stop() -> bool:
+        return bool(spec.stop_flag[0]) or parent.gone()
+
+    try:
+        spec.heartbeats.beat(hb_idx, hb.STARTING, server_idx)
+        server = InferenceServer(plan, server_idx, spec.make_model, spec.params, spec.heartbeats)
+        server.hb_idx = hb_idx
+        if server.wait_published(should_stop):
+            queue = plan.request_queues[server_idx]
+            while not should_stop():
+                server._beat(hb.WAIT_REQUESTS)
+                server.serve(drain(queue, timeout=0.05))
+    except KeyboardInterrupt:
+        pass
+    except Exception:
+        spec.report_queue.put(
+            LearnerEvent(-1, "error", f"inference server {server_idx}: {traceback.format_exc()}")
+        )
+        raise
+    finally:
+        spec.heartbeats.beat(hb_idx, hb.STOPPED)
