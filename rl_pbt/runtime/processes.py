@@ -207,6 +207,7 @@ def build_learner(spec: RunSpec, policy_id: int):
         spec.params,
         spec.device_of[policy_id],
         spec.exp_dir,
+        seed=seed,
     )
 
 

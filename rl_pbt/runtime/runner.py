@@ -350,6 +350,14 @@ class Runner:
     def _learner_factory(self, policy_id: int) -> Learner:
         return build_learner(self.spec(), policy_id)
 
+    def serve_in_process(self) -> None:
+        """Serial mode with --inference=device: requests are served on the spot, here."""
+        if self.inference is None:
+            return
+        for i in range(len(self.inference.devices)):
+            server = InferenceServer(self.inference, i, self.make_model, self.params)
+            self.inference.request_queues[i] = DirectServer(server)
+
     def _run_serial(self) -> int:
         cfg = self.cfg
         learners = {p: self._learner_factory(p) for p in range(self.num_policies)}
@@ -358,11 +366,7 @@ class Runner:
         )
         host.start(self.resuming)
         self._initial_messages()
-        if self.inference is not None:  # served on the spot, in this process
-            spec = self.spec()
-            for i in range(len(self.inference.devices)):
-                server = InferenceServer(self.inference, i, spec.make_model, self.params)
-                self.inference.request_queues[i] = DirectServer(server)
+        self.serve_in_process()
         workers = [
             self._worker_factory(i, lambda: False, blocking=False) for i in range(cfg.num_workers)
         ]

@@ -85,6 +85,7 @@ def build(tmp_path, extra=(), env="tagged_ma"):
         learners, _MergedQueue(runner.learner_queues), runner.learner_queues, runner.report_queue
     )
     host.start(resume=False)
+    runner.serve_in_process()
     seats_log: dict[tuple[int, int], list] = {}
     workers = []
     for w in range(cfg.num_workers):
@@ -105,11 +106,16 @@ def build(tmp_path, extra=(), env="tagged_ma"):
     return cfg, runner, host, workers, received, seats_log
 
 
+@pytest.mark.parametrize("inference", ["local", "device"])
 @pytest.mark.parametrize("env", ["tagged_ma", "tagged_ma_batch"])
-def test_every_sample_reaches_the_learner_of_its_own_policy(tmp_path, env):
+def test_every_sample_reaches_the_learner_of_its_own_policy(tmp_path, env, inference):
     ENVS.clear()
-    cfg, runner, host, workers, received, seats_log = build(tmp_path, env=env)
+    cfg, runner, host, workers, received, seats_log = build(
+        tmp_path, env=env, extra=[f"--inference={inference}"]
+    )
     assert (workers[0].batch is not None) == (env == "tagged_ma_batch")
+    # the inference server's envs step in two groups (one env each); a batched env in one
+    assert workers[0].splits == (2 if inference == "device" and env == "tagged_ma" else 1)
     for _ in range(400):
         for worker in workers:
             worker.step()

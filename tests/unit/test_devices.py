@@ -1,5 +1,10 @@
+import sys
+import types
+
 import pytest
 
+from rl_pbt.config.parse import ConfigError
+from rl_pbt.runtime import devices
 from rl_pbt.runtime.devices import device_map, policy_device
 
 
@@ -23,3 +28,50 @@ def test_cpu_when_no_gpu_or_forced(num_policies):
 def test_negative_policy_rejected():
     with pytest.raises(ValueError):
         policy_device(-1, 2)
+
+
+# --- counting GPUs without CUDA in this process; start methods -------------------------------
+
+
+def fake_nvml(monkeypatch, count):
+    module = types.SimpleNamespace(
+        nvmlInit=lambda: None, nvmlShutdown=lambda: None, nvmlDeviceGetCount=lambda: count
+    )
+    monkeypatch.setitem(sys.modules, "pynvml", module)
+
+
+@pytest.mark.parametrize("value", ["", "-1", "-1,0"])
+def test_hidden_devices_count_zero(monkeypatch, value):
+    fake_nvml(monkeypatch, 4)
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", value)
+    assert devices.probe_gpu_count() == 0
+
+
+def test_nvml_count_limited_by_visible_devices(monkeypatch):
+    fake_nvml(monkeypatch, 4)
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "1,3")
+    assert devices.probe_gpu_count() == 2
+    monkeypatch.delenv("CUDA_VISIBLE_DEVICES")
+    assert devices.probe_gpu_count() == 4
+
+
+def test_num_gpus_limits_and_gpu_flag_checks(monkeypatch):
+    monkeypatch.setattr(devices, "probe_gpu_count", lambda: 4)
+    assert devices.visible_gpu_count("auto", -1) == 4
+    assert devices.visible_gpu_count("auto", 2) == 2
+    assert devices.visible_gpu_count("cpu", -1) == 0
+    with pytest.raises(ConfigError, match="--num_gpus=8"):
+        devices.visible_gpu_count("gpu", 8)
+    monkeypatch.setattr(devices, "probe_gpu_count", lambda: 0)
+    assert devices.visible_gpu_count("auto", -1) == 0
+    with pytest.raises(ConfigError, match="--device=gpu"):
+        devices.visible_gpu_count("gpu", -1)
+
+
+def test_start_method_never_forks_with_cuda():
+    assert devices.resolve_start_method("auto", cuda=False) == "fork"
+    assert devices.resolve_start_method("auto", cuda=True) == "forkserver"
+    assert devices.resolve_start_method("spawn", cuda=True) == "spawn"
+    assert devices.resolve_start_method("fork", cuda=False) == "fork"
+    with pytest.raises(ConfigError, match="--mp_start_method=fork"):
+        devices.resolve_start_method("fork", cuda=True)

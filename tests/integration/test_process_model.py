@@ -1,0 +1,344 @@
+"""The process model: CUDA never touched in the main process, children started by fork,
+forkserver and spawn (an env registered in a test-local module or a user's __main__ script),
+inference served by its own process, and seeds that make runs repeat (or differ)."""
+
+import json
+import os
+import pickle
+import subprocess
+import sys
+import textwrap
+import time
+
+import gymnasium as gym
+import pytest
+import torch
+
+from rl_pbt import parse_cfg, register_env, train
+from rl_pbt.config.parse import ConfigError
+from rl_pbt.runtime import devices
+from rl_pbt.runtime.runner import Runner
+from tests.small_run import SMALL_RUN
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+
+def make_local_cartpole(full_env_name, cfg, env_config, render_mode=None):
+    """Registered from this module only: children started by spawn or forkserver import it."""
+    return gym.make("CartPole-v1")
+
+
+register_env("local_cartpole", make_local_cartpole)
+
+LEARN = [
+    "--env=local_cartpole",
+    "--num_workers=2",
+    "--num_policies=2",
+    "--num_envs_per_worker=8",
+    "--rollout=32",
+    "--batch_size=512",
+    "--encoder_mlp_layers",
+    "64",
+    "64",
+    "--learning_rate=3e-4",
+    "--stats_avg=20",
+    "--train_for_env_steps=300000",
+    "--save_every_sec=30",
+    "--seed=1",
+    "--status_interval=10",
+    "--exploration_loss_coeff=0.0",
+]
+
+
+def summary(exp_dir):
+    with open(os.path.join(exp_dir, "summary.json")) as f:
+        return json.load(f)
+
+
+@pytest.mark.parametrize(
+    "extra",
+    [["--mp_start_method=forkserver"], ["--mp_start_method=spawn"], ["--inference=device"]],
+    ids=["forkserver", "spawn", "inference_device"],
+)
+def test_cartpole_learns_under_each_start_method(tmp_path, extra):
+    cfg = parse_cfg(LEARN + extra + [f"--train_dir={tmp_path}", "--experiment=cp"])
+    assert train(cfg) == 0
+    result = summary(os.path.join(tmp_path, "cp"))
+    for p, s in result["policies"].items():
+        assert len(s["recent_returns"]) == 20
+        assert s["env_steps"] >= 300_000
+        assert s["mean_return"] >= 195, f"policy {p}: mean of the last 20 episodes {s}"
+    if "--inference=device" in extra:
+        # the server batched more than one group of one worker per forward pass
+        assert result["inference_batch_size"] > 8
+
+
+class _Recorder:
+    def __init__(self):
+        self.calls = []
+
+    def wrap(self, name):
+        def call(*args, **kwargs):
+            self.calls.append(name)
+            raise AssertionError(f"torch.cuda.{name} called in the main process")
+
+        return call
+
+
+class _FakeProcess:
+    started: list = []
+
+    def __init__(self, target, name, daemon, args):
+        self.target, self.name, self.args = target, name, args
+
+    def start(self):
+        # what spawn/forkserver do with the target and its arguments, while "spawning"
+        from multiprocessing import context
+        from multiprocessing.popen_spawn_posix import _DupFd
+        from multiprocessing.reduction import ForkingPickler
+
+        class Popen:
+            DupFd = _DupFd
+
+            @staticmethod
+            def duplicate_for_child(fd):
+                return fd
+
+        context.set_spawning_popen(Popen())
+        try:
+            ForkingPickler.dumps((self.target, self.args))
+        finally:
+            context.set_spawning_popen(None)
+        _FakeProcess.started.append(self)
+
+
+class _FakeContext:
+    Process = _FakeProcess
+
+
+def test_main_process_never_touches_cuda_with_gpus_visible(tmp_path, monkeypatch):
+    recorder = _Recorder()
+    for name in ("_lazy_init", "is_available", "device_count", "init", "current_device"):
+        monkeypatch.setattr(torch.cuda, name, recorder.wrap(name))
+    monkeypatch.setattr(devices, "probe_gpu_count", lambda: 2)
+    cfg = parse_cfg(
+        SMALL_RUN
+        + [
+            "--env=local_cartpole",
+            "--num_policies=3",
+            f"--train_dir={tmp_path}",
+            "--experiment=cuda",
+        ]
+    )
+    runner = Runner(cfg)
+    assert runner.device_of == {0: "cuda:0", 1: "cuda:1", 2: "cuda:0"}
+    assert runner.start_method == "forkserver"
+    assert runner.inference_mode == "device"  # auto: the policies are on CUDA
+    _FakeProcess.started = []
+    runner._start_processes(_FakeContext())
+    names = sorted(p.name for p in _FakeProcess.started)
+    assert names == sorted(
+        ["learner_0", "learner_1", "learner_2", "inference_cuda:0", "inference_cuda:1"]
+        + ["rollout_worker_0", "rollout_worker_1"]
+    )
+    for proc in _FakeProcess.started:
+        assert proc.target.__module__.startswith("rl_pbt.")  # module-level entry points
+    assert recorder.calls == []
+    runner.stats.close()
+
+
+def test_learners_per_device_share_one_process(tmp_path, monkeypatch):
+    monkeypatch.setattr(devices, "probe_gpu_count", lambda: 2)
+    cfg = parse_cfg(
+        SMALL_RUN
+        + [
+            "--env=local_cartpole",
+            "--num_policies=4",
+            "--learner_processes=per_device",
+            f"--train_dir={tmp_path}",
+            "--experiment=grouped",
+        ]
+    )
+    runner = Runner(cfg)
+    assert runner.groups == [[0, 2], [1, 3]]
+    assert runner.learner_queues[0] is runner.learner_queues[2]
+    assert runner.learner_queues[0] is not runner.learner_queues[1]
+    runner.stats.close()
+
+
+def test_fork_with_cuda_is_refused(tmp_path, monkeypatch):
+    monkeypatch.setattr(devices, "probe_gpu_count", lambda: 1)
+    cfg = parse_cfg(
+        SMALL_RUN
+        + [
+            "--env=local_cartpole",
+            "--mp_start_method=fork",
+            f"--train_dir={tmp_path}",
+            "--experiment=f",
+        ]
+    )
+    with pytest.raises(ConfigError, match="--mp_start_method=fork"):
+        Runner(cfg)
+    assert not os.path.exists(os.path.join(tmp_path, "f"))
+
+
+def test_device_gpu_without_cuda_is_one_line_and_touches_nothing(tmp_path):
+    exp = tmp_path / "old_run"
+    exp.mkdir()
+    (exp / "config.json").write_text('{"keep": true}')
+    (exp / "precious.txt").write_text("results")
+    env = dict(os.environ, CUDA_VISIBLE_DEVICES="")
+    out = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "launch.train",
+            "--env=CartPole-v1",
+            "--device=gpu",
+            "--restart_behavior=overwrite",
+            f"--train_dir={tmp_path}",
+            "--experiment=old_run",
+        ],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert out.returncode == 2
+    lines = out.stderr.strip().splitlines()
+    assert len(lines) == 1 and "--device=gpu" in lines[0], out.stderr
+    assert "Traceback" not in out.stderr
+    assert (exp / "precious.txt").read_text() == "results"
+    assert (exp / "config.json").read_text() == '{"keep": true}'
+
+
+def test_lambda_factory_under_spawn_is_a_config_error(tmp_path):
+    register_env("lambda_env", lambda *a, **k: gym.make("CartPole-v1"))
+    cfg = parse_cfg(
+        SMALL_RUN
+        + [
+            "--env=lambda_env",
+            "--mp_start_method=spawn",
+            f"--train_dir={tmp_path}",
+            "--experiment=l",
+        ]
+    )
+    with pytest.raises(ConfigError, match="module level"):
+        Runner(cfg)
+
+
+SCRIPT = """
+import sys
+import gymnasium as gym
+from rl_pbt import parse_cfg, register_env, train
+
+
+class MyEnv(gym.Wrapper):
+    pass
+
+
+def make_my_env(full_env_name, cfg, env_config, render_mode=None):
+    return MyEnv(gym.make("CartPole-v1"))
+
+
+if __name__ == "__main__":
+    register_env("my_env", make_my_env)
+    cfg = parse_cfg(["--env=my_env", "--num_policies=2", "--num_workers=2",
+                     "--num_envs_per_worker=4", "--rollout=16", "--batch_size=128",
+                     "--encoder_mlp_layers", "32", "--train_for_env_steps=6000",
+                     "--mp_start_method=" + sys.argv[1], "--inference=" + sys.argv[2],
+                     "--train_dir=" + sys.argv[3], "--experiment=user"])
+    sys.exit(train(cfg))
+"""
+
+
+@pytest.mark.parametrize(
+    "method,inference", [("spawn", "device"), ("forkserver", "local")], ids=["spawn", "forkserver"]
+)
+def test_env_registered_in_a_user_main_script(tmp_path, method, inference):
+    script = tmp_path / "my_train.py"
+    script.write_text(textwrap.dedent(SCRIPT))
+    env = dict(os.environ, PYTHONPATH=ROOT)
+    out = subprocess.run(
+        [sys.executable, str(script), method, inference, str(tmp_path / "runs")],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=180,
+    )
+    assert out.returncode == 0, out.stdout[-2000:] + out.stderr[-2000:]
+    result = summary(tmp_path / "runs" / "user")
+    assert all(s["env_steps"] >= 6000 for s in result["policies"].values())
+
+
+def _first_weights(tmp_path, name, seed_flags):
+    """Each policy's version-0 weights as published by its learner process."""
+    cfg = parse_cfg(
+        SMALL_RUN
+        + [
+            "--env=local_cartpole",
+            "--num_policies=2",
+            f"--train_dir={tmp_path}",
+            f"--experiment={name}",
+            *seed_flags,
+        ]
+    )
+    runner = Runner(cfg)
+    spec = runner.spec()
+    try:
+        # learners only: version 0 stays in the store while no worker feeds them
+        for group in runner.groups:
+            from rl_pbt.learning.learner_process import learner_process_main
+
+            runner._start(
+                runner._mp_context(),
+                learner_process_main,
+                f"learner_{group[0]}",
+                (spec, group),
+                spec.learner_hb(group[0]),
+            )
+        deadline = time.time() + 60
+        while (runner.params.seq[:2] < 2).any() and time.time() < deadline:
+            time.sleep(0.05)
+        out = []
+        for p in range(2):
+            model = runner.make_model()
+            assert runner.params.read_into(p, model) == 0
+            out.append(torch.cat([t.reshape(-1).float() for t in model.state_dict().values()]))
+        return out
+    finally:
+        runner._shutdown()
+        runner.stats.close()
+
+
+def test_policies_start_from_different_weights_and_a_seed_repeats_them(tmp_path):
+    a0, a1 = _first_weights(tmp_path, "a", ["--seed=7"])
+    b0, b1 = _first_weights(tmp_path, "b", ["--seed=7"])
+    c0, c1 = _first_weights(tmp_path, "c", [])
+    assert torch.equal(a0, b0) and torch.equal(a1, b1)  # same seed: same first weights
+    assert not torch.equal(a0, a1)  # each policy its own
+    assert not torch.equal(c0, c1)  # without --seed too
+    assert not torch.equal(c0, a0)
+
+
+def test_derived_seeds_differ_per_component_and_repeat():
+    seeds = {devices.derive_seed(7, role, i) for role in ("learner", "worker") for i in range(8)}
+    assert len(seeds) == 16
+    assert devices.derive_seed(7, "learner", 3) == devices.derive_seed(7, "learner", 3)
+    assert devices.derive_seed(7, "learner", 3) != devices.derive_seed(8, "learner", 3)
+
+
+def test_run_spec_pickles_for_spawn(tmp_path):
+    cfg = parse_cfg(
+        SMALL_RUN + ["--env=local_cartpole", f"--train_dir={tmp_path}", "--experiment=p"]
+    )
+    runner = Runner(cfg)
+    # everything but the queues and shared tensors (those travel only while spawning, tested
+    # above) pickles as plain data
+    spec = runner.spec()
+    for name in ("cfg", "obs_space", "action_space", "registry", "initial_shaping", "device_of"):
+        pickle.loads(pickle.dumps(getattr(spec, name)))
+    assert spec.registry["local_cartpole"].make_env is make_local_cartpole
+    runner.stats.close()
