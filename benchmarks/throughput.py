@@ -15,25 +15,35 @@ import argparse
 import json
 import multiprocessing
 import os
+import queue
 import statistics
 import subprocess
 import sys
 import tempfile
 import time
+from typing import Optional, Sequence
+
+import numpy as np
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def process_tree(pid: int) -> list:
+    """psutil.Process of `pid` and of all its descendants (empty once it has exited)."""
+    import psutil
+
+    try:
+        root = psutil.Process(pid)
+        return [root] + root.children(recursive=True)
+    except psutil.NoSuchProcess:
+        return []
 
 
 def tree_uss_mb(pid: int) -> float:
     import psutil
 
-    try:
-        root = psutil.Process(pid)
-        procs = [root] + root.children(recursive=True)
-    except psutil.NoSuchProcess:
-        return 0.0
     total = 0
-    for p in procs:
+    for p in process_tree(pid):
         try:
             total += p.memory_full_info().uss
         except (psutil.NoSuchProcess, psutil.AccessDenied):
@@ -80,54 +90,131 @@ def train_run(args, num_policies: int, train_dir: str) -> dict:
     return {"fps": summary["fps_median_second_half"], "peak_uss_mb": peak}
 
 
-def _raw_worker(env_name: str, num_envs: int, seconds: float, worker: int, out) -> None:
-    sys.path.insert(0, ROOT)
-    import envs  # noqa: F401  (registers the built-in envs)
-    from rl_pbt.envs.registry import make_env
+def _random_actions(space, rng, shape: tuple[int, ...]):
+    """Random actions of a gymnasium space, `shape` of them (fast path for Discrete)."""
+    n = getattr(space, "n", None)
+    if n is not None and getattr(space, "shape", None) == ():
+        return rng.integers(int(n), size=shape)
+    return [space.sample() for _ in range(int(np.prod(shape)))]
+
+
+def _raw_steps(env_name: str, cfg, num_envs: int, worker: int, seconds: float) -> float:
+    """Agent steps/s (median of the 1 s windows in the second half) of one process stepping
+    `num_envs` copies with random actions; all copies in one batched env when training would
+    batch them (the env registers a batch and --batched_envs is on)."""
+    from rl_pbt.envs.registry import has_batched_env, make_env, make_env_batch
     from rl_pbt.envs.wrappers import as_multiagent
 
-    envs_ = [
-        as_multiagent(
-            make_env(
-                env_name,
-                None,
-                {"worker_index": worker, "vector_index": i, "env_id": worker * num_envs + i},
-            )
-        )
+    configs = [
+        {"worker_index": worker, "vector_index": i, "env_id": worker * num_envs + i}
         for i in range(num_envs)
     ]
-    for e in envs_:
-        e.reset()
-    n_agents = envs_[0].num_agents
+    rng = np.random.default_rng(worker)
+    if getattr(cfg, "batched_envs", False) and has_batched_env(env_name):
+        batch = make_env_batch(env_name, cfg, configs)
+        for k in range(num_envs):
+            batch.reset_copy(k)
+        n_agents, space = batch.num_agents, batch.action_space
+
+        def step_all() -> None:
+            actions = _random_actions(space, rng, (num_envs, n_agents))
+            batch.step(np.asarray(actions).reshape((num_envs, n_agents) + (space.shape or ())))
+
+        closers = [batch.close]
+    else:
+        envs_ = [as_multiagent(make_env(env_name, cfg, c)) for c in configs]
+        for e in envs_:
+            e.reset()
+        n_agents = envs_[0].num_agents
+
+        def step_all() -> None:
+            for e in envs_:
+                e.step(list(_random_actions(e.action_space, rng, (n_agents,))))
+
+        closers = [e.close for e in envs_]
     steps, start = 0, time.time()
     windows = []
     last_t, last_steps = start, 0
     while time.time() - start < seconds:
-        for e in envs_:
-            e.step([e.action_space.sample() for _ in range(n_agents)])
+        step_all()
         steps += num_envs * n_agents
         now = time.time()
         if now - last_t >= 1.0:
             windows.append((steps - last_steps) / (now - last_t))
             last_t, last_steps = now, steps
-    for e in envs_:
-        e.close()
-    out.put(statistics.median(windows[len(windows) // 2 :]))
+    for close in closers:
+        close()
+    if not windows:  # one step of every copy took longer than the whole measurement
+        return steps / max(time.time() - start, 1e-6)
+    return statistics.median(windows[len(windows) // 2 :])
 
 
-def raw_rate(args) -> float:
+def _raw_worker(
+    env_name: str, num_envs: int, seconds: float, worker: int, out, env_flags=()
+) -> None:
+    """Puts (agent steps/s, env frames per agent step) on `out`, or ("error", text)."""
+    try:
+        sys.path.insert(0, ROOT)
+        import envs  # noqa: F401  (registers the built-in envs)
+        from rl_pbt.config.parse import parse_cfg
+
+        cfg = parse_cfg([f"--env={env_name}", *env_flags])
+        # a working folder of its own: envs that write files there (VizDoom's _vizdoom/)
+        # must not race the other workers for them
+        with tempfile.TemporaryDirectory(prefix="raw_rate_") as cwd:
+            os.chdir(cwd)
+            rate = _raw_steps(env_name, cfg, num_envs, worker, seconds)
+            os.chdir(ROOT)
+        out.put((rate, cfg.env_frameskip))
+    except BaseException as e:  # the parent waits on the queue: always answer
+        out.put(("error", f"{type(e).__name__}: {e}"))
+
+
+def raw_env_rate(
+    env_name: str,
+    num_workers: int,
+    num_envs: int,
+    frameskip: Optional[int] = None,
+    seconds: float = 10.0,
+    env_flags: Sequence[str] = (),
+) -> float:
+    """Raw env frames/s of `num_workers` processes x `num_envs` copies with random actions
+    and no learning: the ceiling of training with the same layout. `env_flags` are training
+    flags the envs are built with (e.g. --doom_resolution); `frameskip` counts env frames per
+    agent step (None: the env's --env_frameskip, as training counts them)."""
     ctx = multiprocessing.get_context("fork")
     q = ctx.Queue()
     procs = [
-        ctx.Process(target=_raw_worker, args=(args.env, args.num_envs, 10.0, w, q))
-        for w in range(args.num_workers)
+        ctx.Process(target=_raw_worker, args=(env_name, num_envs, seconds, w, q, tuple(env_flags)))
+        for w in range(num_workers)
     ]
     for p in procs:
         p.start()
-    rates = [q.get() for _ in procs]
-    for p in procs:
-        p.join()
-    return sum(rates) * args.frameskip
+    answers, deadline = [], time.time() + seconds + 300
+    try:
+        while len(answers) < len(procs):
+            try:
+                answers.append(q.get(timeout=1.0))
+            except queue.Empty:
+                dead = [p.exitcode for p in procs if p.exitcode not in (None, 0)]
+                if dead or time.time() > deadline:
+                    why = f"exit codes {dead}" if dead else "no answer in time"
+                    answers.append(("error", f"a worker stopped without a result ({why})"))
+                    break
+    finally:
+        for p in procs:
+            p.join(timeout=30)
+            if p.is_alive():
+                p.kill()
+    errors = [a[1] for a in answers if a[0] == "error"]
+    if errors:
+        raise RuntimeError(f"raw rate of {env_name}: {errors[0]}")
+    skip = frameskip if frameskip is not None else answers[0][1]
+    return sum(rate for rate, _ in answers) * skip
+
+
+def raw_rate(args) -> float:
+    return raw_env_rate(args.env, args.num_workers, args.num_envs, args.frameskip)
 
 
 def main() -> None:
