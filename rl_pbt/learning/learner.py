@@ -4,6 +4,12 @@ weights with a version counter, saves checkpoints and takes PBT updates.
 Collaborators: TrajectoryBuffers/SlotPool (data in, slots back), ParamStore (weights out,
 PBT transfers), the pure math in advantages.py/losses.py. `learner_process.py` drives it in
 its own process; serial mode calls the same methods directly.
+
+The hot path never waits for the device but once per iteration: statistics stay on the
+device until one read-back at the end, which also brings the new weights to publish. On CUDA
+a batch is gathered into pinned host memory and copied asynchronously, and the next batch is
+gathered and copied on a side stream while the current one trains; on the CPU the same code
+runs the direct path (gather, train, publish).
 """
 
 from __future__ import annotations
@@ -11,6 +17,7 @@ from __future__ import annotations
 import glob
 import os
 import time
+from dataclasses import dataclass
 from typing import Optional
 
 import torch
@@ -27,18 +34,59 @@ from rl_pbt.learning.losses import (
 )
 from rl_pbt.logging.files import atomic_write, checkpoint_dir
 from rl_pbt.memory.buffers import LEARNER, QUEUED, TrajectoryBuffers
-from rl_pbt.memory.param_store import ParamStore, flat_state_size, flatten_state, unflatten_state
+from rl_pbt.memory.param_store import (
+    ParamStore,
+    flat_state_size,
+    pack_state,
+    transfer_size,
+    unpack_state,
+)
 from rl_pbt.memory.slots import SlotPool
-from rl_pbt.models.actor_critic import ActorCritic
+from rl_pbt.models.actor_critic import ActorCritic, SequencePlan, sequence_plan
+
+# what one iteration reads back from the device, in this order (minibatch means first)
+_MINIBATCH_STATS = ("policy_loss", "value_loss", "entropy", "grad_norm", "clip_fraction", "kl")
+_BATCH_STATS = ("own", "trainable", "lag_sum", "target_sum")
 
 
 def default_hparams(cfg) -> dict[str, float]:
     return {k: float(getattr(cfg, k)) for k in TUNED_HPARAMS}
 
 
-def transfer_size(model: nn.Module) -> int:
-    n_params = sum(p.numel() for p in model.parameters())
-    return flat_state_size(model) + 2 * n_params + 2
+def configure_cuda(device: torch.device, cfg) -> torch.device:
+    """Make `device` this process's current CUDA device (so streams, events and kernels
+    without an explicit device go there) and set the kernel choices the config asks for.
+    Returns the device with its index."""
+    if device.index is None:
+        device = torch.device("cuda", torch.cuda.current_device())
+    torch.cuda.set_device(device)
+    torch.backends.cudnn.benchmark = bool(getattr(cfg, "cudnn_benchmark", False))
+    tf32 = bool(getattr(cfg, "tf32", True))
+    torch.backends.cuda.matmul.allow_tf32 = tf32
+    torch.backends.cudnn.allow_tf32 = tf32
+    return device
+
+
+def to_device_at_once(tensors: list[torch.Tensor], device: torch.device) -> list[torch.Tensor]:
+    """Host int64 tensors -> `device` in one copy (from pinned memory, asynchronous on
+    CUDA); on the CPU they are returned as they are."""
+    if device.type == "cpu" or not tensors:
+        return tensors
+    flat = torch.cat([t.reshape(-1) for t in tensors])
+    if device.type == "cuda":
+        flat = flat.pin_memory()
+    flat = flat.to(device, non_blocking=device.type == "cuda")
+    pieces = flat.split([t.numel() for t in tensors])
+    return [piece.view(t.shape) for piece, t in zip(pieces, tensors)]
+
+
+@dataclass
+class StagedBatch:
+    """One iteration's trajectories, copied out of the shared buffers."""
+
+    host: dict[str, torch.Tensor]  # the host copy (pinned on CUDA), for host-side planning
+    device: dict[str, torch.Tensor]  # on the learner's device (`host` itself on the CPU)
+    copied: Optional[torch.cuda.Event] = None  # recorded after the copy on a side stream
 
 
 class Learner:
@@ -52,10 +100,14 @@ class Learner:
         params: ParamStore,
         device: str,
         exp_dir: str,
+        seed: Optional[int] = None,
     ):
         self.cfg = cfg
         self.policy_id = policy_id
         self.device = torch.device(device)
+        self.cuda = self.device.type == "cuda"
+        if self.cuda:
+            self.device = configure_cuda(self.device, cfg)
         self.model = model.to(self.device)
         self.model.train()
         self.buffers = buffers
@@ -63,12 +115,26 @@ class Learner:
         self.params = params
         self.exp_dir = exp_dir
         self.hp = default_hparams(cfg)
+        # fused: one kernel for every parameter's update, and no host read of the step count
+        self.fused_adam = True if self.cuda else None
         self.optimizer = torch.optim.Adam(
             self.model.parameters(),
             lr=self.hp["learning_rate"],
             betas=(cfg.adam_beta1, cfg.adam_beta2),
             eps=cfg.adam_eps,
+            fused=self.fused_adam,
         )
+        self.amp = bool(getattr(cfg, "amp", False))
+        # minibatch order: a generator of this learner's own, so that runs can be repeated
+        self.generator = torch.Generator()
+        if seed is None:
+            self.generator.seed()
+        else:
+            self.generator.manual_seed(seed)
+        # gather and copy the next batch while this one trains; on the CPU nothing overlaps
+        self.prefetch = self.cuda
+        self.copy_stream = torch.cuda.Stream(self.device) if self.cuda else None
+        self.next_batch: Optional[StagedBatch] = None
         self.version = 0
         self.env_steps = 0
         self.pending: list[int] = []
@@ -100,7 +166,7 @@ class Learner:
         return own, own & (lag <= self.cfg.max_policy_lag)
 
     def ready(self) -> bool:
-        return len(self.pending) >= self.traj_per_iteration
+        return self.next_batch is not None or len(self.pending) >= self.traj_per_iteration
 
     def train_if_ready(self) -> bool:
         if self.env_steps >= self.cfg.train_for_env_steps:
@@ -110,18 +176,48 @@ class Learner:
             if self.pending:
                 self.pool.release(self.pending)
                 self.pending = []
+            self.next_batch = None  # its slots went back when it was staged
             return False
         if self.copied_at is not None:
             self._drop_stale()
         if not self.ready():
             return False
+        batch = self.next_batch or self._stage(self._take_iteration())
+        self.next_batch = None
+        stats = self._update(batch)
+        if self.prefetch and len(self.pending) >= self.traj_per_iteration:
+            # the device is busy with the update just queued: stage the next batch meanwhile
+            self.next_batch = self._stage(self._take_iteration(), side_stream=True)
+        self._finish(stats, publish=True)
+        return True
+
+    def _take_iteration(self) -> list[int]:
         slots = self.pending[: self.traj_per_iteration]
         self.pending = self.pending[self.traj_per_iteration :]
-        batch = self.buffers.gather(slots, self.device)
+        return slots
+
+    def _stage(self, slots: list[int], side_stream: bool = False) -> StagedBatch:
+        """Copy `slots` out of the shared buffers and give them back to the pool at once; on
+        CUDA start the copy to the device (on the side stream when prefetching)."""
+        host = self.buffers.gather(slots, "cpu", pin_memory=self.cuda)
         self.pool.release(slots)  # data is copied out: the slots can be refilled at once
-        self.train_on(batch)
-        self.publish()
-        return True
+        if not self.cuda:
+            return StagedBatch(host, host)
+        stream = self.copy_stream if side_stream else torch.cuda.current_stream(self.device)
+        with torch.cuda.stream(stream):
+            device = {k: v.to(self.device, non_blocking=True) for k, v in host.items()}
+            copied = torch.cuda.Event()
+            copied.record(stream)
+        return StagedBatch(host, device, copied)
+
+    def _arrived(self, staged: StagedBatch) -> dict[str, torch.Tensor]:
+        """The staged batch's device tensors, usable on the current stream."""
+        if staged.copied is not None:
+            current = torch.cuda.current_stream(self.device)
+            current.wait_event(staged.copied)  # the device waits, not the host
+            for t in staged.device.values():
+                t.record_stream(current)  # memory from the side stream, freed after our use
+        return staged.device
 
     def _drop_stale(self) -> None:
         """Release pending slots that hold no sample this policy may train on (all of them
@@ -140,32 +236,41 @@ class Learner:
         self.pending = [s for s, k in zip(self.pending, keep_list) if k]
 
     # --- the APPO update --------------------------------------------------------------------
-    def train_on(self, batch: dict[str, torch.Tensor]) -> None:
+    def train_on(
+        self, batch: dict[str, torch.Tensor], host: Optional[dict[str, torch.Tensor]] = None
+    ) -> None:
+        """One iteration on `batch` (on this learner's device, as `TrajectoryBuffers.gather`
+        makes it); `host`: its host copy, if at hand (an RNN plans its sequences there; on
+        CUDA, without it, the dones are read back once more)."""
+        if host is None:
+            host = batch if self.device.type == "cpu" else {"dones": batch["dones"].cpu()}
+        self._finish(self._update(StagedBatch(host, batch)), publish=False)
+
+    def _update(self, staged: StagedBatch) -> torch.Tensor:
+        """Queue one iteration's epochs on the device; returns its statistics, still there
+        (`_MINIBATCH_STATS` averaged over minibatches, then `_BATCH_STATS`)."""
         cfg, hp, model = self.cfg, self.hp, self.model
+        batch = self._arrived(staged)
         t = cfg.rollout
-        obs_all = {k[4:]: v for k, v in batch.items() if k.startswith("obs.")}
-        obs = {k: v[:, :t] for k, v in obs_all.items()}
+        obs = {k[4:]: v[:, :t] for k, v in batch.items() if k.startswith("obs.")}
         actions, old_logp = batch["actions"], batch["log_probs"]
         rewards, dones, values_raw = batch["rewards"], batch["dones"], batch["values"]
         own = batch["valid"] & (batch["policy_id"] == self.policy_id)
         lag = self.version - batch["policy_version"]
         mask = own & (lag <= cfg.max_policy_lag)
-        self.env_steps += int(own.sum()) * cfg.env_frameskip
-        if self.copied_at is not None and bool(mask.any()):
-            # the first update on experience produced by the copied weights
-            now = time.time()
-            self.copy_timing = (self.copied_at, self.fresh_at or now, now)
-            self.copied_at = self.fresh_at = None
+        n = actions.shape[0]
+        order, plans, full_plan = self._minibatch_plan(n, staged.host["dones"])
 
         if cfg.normalize_input:
             model.update_normalizers(obs, mask)
         with torch.no_grad():
             if cfg.with_vtrace:
-                cur_logp, _, cur_v = model.evaluate(
-                    obs, actions, batch["rnn_states"], dones, self.rec
-                )
-                cur_values = model.denormalize_value(cur_v)
-                log_rhos = torch.where(mask, cur_logp - old_logp, torch.zeros_like(cur_logp))
+                with self._autocast():
+                    cur_logp, _, cur_v = model.evaluate(
+                        obs, actions, batch["rnn_states"], dones, self.rec, plan=full_plan
+                    )
+                cur_values = model.denormalize_value(cur_v.float())
+                log_rhos = torch.where(mask, cur_logp.float() - old_logp, 0.0)
                 discounts = hp["gamma"] * (1.0 - dones)
                 vs, adv = vtrace(
                     log_rhos.T,
@@ -181,25 +286,25 @@ class Learner:
                 adv, returns = gae(rewards.T, values_raw.T, dones.T, hp["gamma"], cfg.gae_lambda)
                 adv, returns = adv.T, returns.T
             if cfg.normalize_returns:
-                model.ret_norm.update(returns[mask])
+                model.ret_norm.update_masked(returns, mask)
             targets = model.normalize_value(returns)
             old_values = model.normalize_value(torch.nan_to_num(values_raw[:, :t]))
 
-        n = actions.shape[0]
-        sums: dict[str, float] = {}
-        steps = 0
-        for _ in range(cfg.num_epochs):
-            order = torch.randperm(n, device=self.device)
-            for start in range(0, n, self.traj_per_minibatch):
-                mb = order[start : start + self.traj_per_minibatch]
-                m = mask[mb]
+        sums = torch.zeros(len(_MINIBATCH_STATS), device=self.device)
+        no_norm = torch.zeros((), device=self.device)
+        for mb, plan in zip(order, plans):
+            m = mask[mb]
+            with self._autocast():
                 logp, ent, values = model.evaluate(
                     {k: v[mb] for k, v in obs.items()},
                     actions[mb],
                     batch["rnn_states"][mb] if model.use_rnn else None,
                     dones[mb],
                     self.rec,
+                    plan=plan,
                 )
+                # the losses are reduced in float32 whatever the forward pass ran in
+                logp, ent, values = logp.float(), ent.float(), values.float()
                 a = adv[mb]
                 if cfg.normalize_advantage:
                     a = normalize_advantages(a, m)
@@ -209,31 +314,83 @@ class Learner:
                 )
                 el = entropy_loss(ent, m)
                 loss = pl + hp["value_loss_coeff"] * vl + hp["exploration_loss_coeff"] * el
-                self.optimizer.zero_grad(set_to_none=True)
-                loss.backward()
-                grad_norm = 0.0
-                if hp["max_grad_norm"] > 0:
-                    grad_norm = float(
-                        nn.utils.clip_grad_norm_(model.parameters(), hp["max_grad_norm"])
-                    )
-                self.optimizer.step()
-                self.version += 1
-                steps += 1
-                for key, val in (
-                    ("policy_loss", pl.item()),
-                    ("value_loss", vl.item()),
-                    ("entropy", -el.item()),
-                    ("grad_norm", grad_norm),
-                    ("clip_fraction", pstats["clip_fraction"]),
-                    ("kl", pstats["approx_kl"]),
-                ):
-                    sums[key] = sums.get(key, 0.0) + val
-        self.stats = {k: v / max(steps, 1) for k, v in sums.items()}
-        own_lag = lag[own].float()
-        self.stats["policy_lag"] = float(own_lag.mean()) if own_lag.numel() else 0.0
-        self.stats["masked_fraction"] = 1.0 - float(mask.sum()) / max(float(own.sum()), 1.0)
-        self.stats["learning_rate"] = hp["learning_rate"]
-        self.stats["value_target_mean"] = float(returns[mask].mean()) if mask.any() else 0.0
+            self.optimizer.zero_grad(set_to_none=True)
+            loss.backward()
+            grad_norm = no_norm
+            if hp["max_grad_norm"] > 0:
+                grad_norm = nn.utils.clip_grad_norm_(model.parameters(), hp["max_grad_norm"])
+            self.optimizer.step()
+            self.version += 1
+            step_stats = (pl, vl, -el, grad_norm, pstats["clip_fraction"], pstats["approx_kl"])
+            sums += torch.stack([s.detach().float() for s in step_stats])
+
+        zero = torch.zeros((), device=self.device)
+        per_batch = torch.stack(
+            [
+                own.sum().float(),
+                mask.sum().float(),
+                torch.where(own, lag, 0).sum().float(),
+                torch.where(mask, returns, zero).sum().float(),
+            ]
+        )
+        return torch.cat([sums / len(plans), per_batch])
+
+    def _autocast(self) -> torch.autocast:
+        """bfloat16 forward passes and losses with --amp (the backward pass follows them)."""
+        return torch.autocast(device_type=self.device.type, dtype=torch.bfloat16, enabled=self.amp)
+
+    def _minibatch_plan(
+        self, n: int, host_dones: torch.Tensor
+    ) -> tuple[list[torch.Tensor], list[Optional[SequencePlan]], Optional[SequencePlan]]:
+        """Host-side planning of one iteration: the minibatches' trajectory indices (from this
+        learner's generator) and, with an RNN, their sequence plans and the whole batch's;
+        all moved to the device in one copy."""
+        order = [torch.randperm(n, generator=self.generator) for _ in range(self.cfg.num_epochs)]
+        minibatches = [
+            perm[start : start + self.traj_per_minibatch]
+            for perm in order
+            for start in range(0, n, self.traj_per_minibatch)
+        ]
+        if not self.model.use_rnn:
+            return to_device_at_once(minibatches, self.device), [None] * len(minibatches), None
+        dones = host_dones.numpy()
+        plans = [sequence_plan(dones[mb.numpy()], self.rec) for mb in minibatches]
+        plans.append(sequence_plan(dones, self.rec))
+        moved = to_device_at_once(
+            minibatches + [x for p in plans for x in (p.packed_from, p.packed_at, p.h0_from)],
+            self.device,
+        )
+        k = len(minibatches)
+        indices = iter(moved[k:])  # three per plan, in the order they went in
+        plans = [
+            SequencePlan(next(indices), next(indices), p.batch_sizes, next(indices)) for p in plans
+        ]
+        return moved[:k], plans[:-1], plans[-1]
+
+    def _finish(self, stats: torch.Tensor, publish: bool) -> None:
+        """The iteration's one wait for the device: its statistics come back, with the new
+        weights in the same copy when they are to be published."""
+        k = len(stats)
+        if publish:
+            host = torch.cat([stats, pack_state(self.model)]).cpu()
+        else:
+            host = stats.cpu()
+        values = dict(zip(_MINIBATCH_STATS + _BATCH_STATS, host[:k].numpy().tolist()))
+        own, trainable = values.pop("own"), values.pop("trainable")
+        lag_sum, target_sum = values.pop("lag_sum"), values.pop("target_sum")
+        self.env_steps += int(own) * self.cfg.env_frameskip
+        if self.copied_at is not None and trainable > 0:
+            # the first update on experience produced by the copied weights
+            now = time.time()
+            self.copy_timing = (self.copied_at, self.fresh_at or now, now)
+            self.copied_at = self.fresh_at = None
+        self.stats = values
+        self.stats["policy_lag"] = lag_sum / own if own else 0.0
+        self.stats["masked_fraction"] = 1.0 - trainable / max(own, 1.0)
+        self.stats["learning_rate"] = self.hp["learning_rate"]
+        self.stats["value_target_mean"] = target_sum / trainable if trainable else 0.0
+        if publish:
+            self.params.publish_flat(self.policy_id, host[k:], self.version)
 
     def publish(self) -> None:
         self.params.publish(self.policy_id, self.model, self.version)
@@ -247,6 +404,12 @@ class Learner:
         for group in self.optimizer.param_groups:
             group["lr"] = self.hp["learning_rate"]
 
+    def _step_tensor(self, value: float, p: torch.Tensor) -> torch.Tensor:
+        """Adam's step count as Adam keeps it: on the device for the fused kernel, else on
+        the host (float32 either way)."""
+        device = p.device if self.fused_adam else torch.device("cpu")
+        return torch.tensor(value, dtype=torch.float32, device=device)
+
     def _adam_moments(self) -> list[tuple[torch.Tensor, torch.Tensor]]:
         moments = []
         for p in self.model.parameters():
@@ -255,7 +418,7 @@ class Learner:
                 st = {
                     "exp_avg": torch.zeros_like(p),
                     "exp_avg_sq": torch.zeros_like(p),
-                    "step": torch.zeros(()),
+                    "step": self._step_tensor(0.0, p),
                 }
                 self.optimizer.state[p] = st
             moments.append((st["exp_avg"], st["exp_avg_sq"]))
@@ -269,36 +432,44 @@ class Learner:
         return 0.0
 
     def export_state(self) -> None:
-        """Whole state (weights, normalisers, Adam moments) -> this policy's transfer row."""
-        row = self.params.transfer[self.policy_id]
-        self.params.transfer_seq[self.policy_id] += 1
-        n_state = flat_state_size(self.model)
-        flatten_state(self.model, row[:n_state])
-        offset = n_state
+        """Whole state (weights, normalisers, Adam moments, step) -> this policy's transfer
+        row, packed on the device and copied out at once."""
         step = self._adam_step()
-        for m, v in self._adam_moments():
-            for t in (m, v):
-                row[offset : offset + t.numel()].copy_(t.reshape(-1))
-                offset += t.numel()
-        row[offset] = step
-        self.params.transfer_seq[self.policy_id] += 1
+        moments = self._adam_moments()
+        flat = torch.cat(
+            [
+                pack_state(self.model),
+                *(m.reshape(-1) for m, _ in moments),
+                *(v.reshape(-1) for _, v in moments),
+                torch.full((1,), step, dtype=torch.float32, device=self.device),
+            ]
+        )
+        self.params.write_transfer(self.policy_id, flat)
 
     def import_state(self, source_id: int) -> None:
         """Take the source's exported state. Experience in flight from before the copy is
         masked out by jumping the version past `max_policy_lag`."""
         row = self.params.read_transfer(source_id)
+        size = transfer_size(self.model)
+        step = float(row[size - 1])  # read on the host copy
+        flat = row[:size].to(self.device)  # one copy to the device
         n_state = flat_state_size(self.model)
-        unflatten_state(self.model, row[:n_state])
+        unpack_state(self.model, flat[:n_state])
         offset = n_state
         moments = self._adam_moments()
-        step = float(row[offset + sum(2 * m.numel() for m, _ in moments)])
         with torch.no_grad():
-            for m, v in moments:
-                for t in (m, v):
-                    t.copy_(row[offset : offset + t.numel()].view_as(t))
-                    offset += t.numel()
+            for t in [m for m, _ in moments] + [v for _, v in moments]:
+                t.copy_(flat[offset : offset + t.numel()].view_as(t))
+                offset += t.numel()
         for p in self.model.parameters():
-            self.optimizer.state[p]["step"] = torch.tensor(step)
+            self.optimizer.state[p]["step"] = self._step_tensor(step, p)
+        if self.next_batch is not None:
+            # staged before the copy, so all of it now lies beyond max_policy_lag: dropped
+            # like _drop_stale's slots, its samples counted on its host copy
+            host = self.next_batch.host
+            own = host["valid"] & (host["policy_id"] == self.policy_id)
+            self.env_steps += int(own.sum()) * self.cfg.env_frameskip
+            self.next_batch = None
         self.version += self.cfg.max_policy_lag + 1
         self.copied_at = time.time()
         self.fresh_at = None
@@ -310,13 +481,14 @@ class Learner:
     def save(self) -> str:
         folder = self.checkpoint_folder()
         os.makedirs(folder, exist_ok=True)
+        # plain tensors, numbers, strings, lists and dicts only: loadable with weights_only
         state = {
             "model": self.model.state_dict(),
             "optimizer": self.optimizer.state_dict(),
-            "version": self.version,
-            "env_steps": self.env_steps,
-            "hparams": self.hp,
-            "policy_id": self.policy_id,
+            "version": int(self.version),
+            "env_steps": int(self.env_steps),
+            "hparams": {k: float(v) for k, v in self.hp.items()},
+            "policy_id": int(self.policy_id),
         }
         path = os.path.join(folder, f"checkpoint_{self.version:012d}_{self.env_steps}.pth")
         atomic_write(path, lambda f: torch.save(state, f), mode="wb")
@@ -336,13 +508,27 @@ class Learner:
         path = latest_checkpoint(self.checkpoint_folder())
         if path is None:
             return False
-        state = torch.load(path, map_location=self.device, weights_only=False)
+        state = torch.load(path, map_location=self.device, weights_only=True)
         self.model.load_state_dict(state["model"])
         self.optimizer.load_state_dict(state["optimizer"])
+        self._settle_optimizer()
         self.version = int(state["version"])
         self.env_steps = int(state["env_steps"])
         self.set_hparams({k: v for k, v in state["hparams"].items() if k in TUNED_HPARAMS})
         return True
+
+    def _settle_optimizer(self) -> None:
+        """After loading a checkpoint (perhaps written on another device): this learner's
+        Adam kernel, and its state where that kernel expects it."""
+        for group in self.optimizer.param_groups:
+            group.update(fused=self.fused_adam, foreach=None, capturable=False)
+        for p in self.model.parameters():
+            st = self.optimizer.state.get(p)
+            if not st:
+                continue
+            for key in ("exp_avg", "exp_avg_sq"):
+                st[key] = st[key].to(device=p.device, dtype=p.dtype)
+            st["step"] = self._step_tensor(float(st["step"]), p)
 
 
 def latest_checkpoint(folder: str) -> Optional[str]:

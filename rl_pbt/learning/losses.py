@@ -1,6 +1,8 @@
 """Masked PPO-style loss terms (clipped surrogate, clipped value, entropy) and their helpers.
 
 Entries where mask == 0 add nothing to any loss or gradient, even if they hold NaN or inf.
+Everything stays a tensor on the input's device (statistics too): reading a value back is
+the caller's choice, so a training loop can read a whole iteration's values at once.
 """
 
 from __future__ import annotations
@@ -41,11 +43,11 @@ def ppo_policy_loss(
     advantages: Tensor,
     clip_ratio: float,
     mask: Tensor,
-) -> tuple[Tensor, dict[str, float]]:
+) -> tuple[Tensor, dict[str, Tensor]]:
     """Clipped surrogate loss -min(r * A, clip(r, 1 - c, 1 + c) * A), averaged over valid entries.
 
     Returns (loss, stats) with stats "clip_fraction" (share of valid entries with |r - 1| > c),
-    "approx_kl" (mean of (r - 1) - log r) and "ratio_mean", all as Python floats.
+    "approx_kl" (mean of (r - 1) - log r) and "ratio_mean", all as detached 0-d tensors.
     """
     valid = _valid(mask, log_prob_new)
     if log_prob_old.shape != log_prob_new.shape or advantages.shape != log_prob_new.shape:
@@ -63,9 +65,9 @@ def ppo_policy_loss(
     with torch.no_grad():
         clipped = ((ratio - 1.0).abs() > clip_ratio).to(ratio.dtype)
         stats = {
-            "clip_fraction": _masked_mean_valid(clipped, valid).item(),
-            "approx_kl": _masked_mean_valid((ratio - 1.0) - log_ratio, valid).item(),
-            "ratio_mean": _masked_mean_valid(ratio, valid).item(),
+            "clip_fraction": _masked_mean_valid(clipped, valid),
+            "approx_kl": _masked_mean_valid((ratio - 1.0) - log_ratio, valid),
+            "ratio_mean": _masked_mean_valid(ratio, valid),
         }
     return loss, stats
 

@@ -114,15 +114,27 @@ class TrajectoryBuffers:
             )
         owner[idx] = new
 
-    def gather(self, slots: list[int], device: torch.device | str) -> dict[str, torch.Tensor]:
-        """Copy the given slots out of shared memory (after this they can be freed)."""
+    def gather(
+        self, slots: list[int], device: torch.device | str = "cpu", pin_memory: bool = False
+    ) -> dict[str, torch.Tensor]:
+        """Copy the given slots out of shared memory (after this they can be freed). With
+        `pin_memory` the copies land in page-locked host memory, from which a copy to a CUDA
+        device runs asynchronously (non_blocking) while the host goes on."""
         idx = torch.as_tensor(slots, dtype=torch.long)
-        out = {f"obs.{k}": v.index_select(0, idx) for k, v in self.obs.items()}
+        out = {f"obs.{k}": _select_rows(v, idx, pin_memory) for k, v in self.obs.items()}
         for name in SAMPLE_FIELDS:
-            out[name] = getattr(self, name).index_select(0, idx)
-        if str(device) != "cpu":
-            out = {k: v.to(device, non_blocking=True) for k, v in out.items()}
+            out[name] = _select_rows(getattr(self, name), idx, pin_memory)
+        if torch.device(device).type != "cpu":
+            out = {k: v.to(device, non_blocking=pin_memory) for k, v in out.items()}
         return out
+
+
+def _select_rows(src: torch.Tensor, idx: torch.Tensor, pin_memory: bool) -> torch.Tensor:
+    """src[idx] as a new tensor, page-locked when asked (the one copy out of shared memory)."""
+    if not pin_memory:
+        return src.index_select(0, idx)
+    out = torch.empty((idx.numel(), *src.shape[1:]), dtype=src.dtype, pin_memory=True)
+    return torch.index_select(src, 0, idx, out=out)
 
 
 def num_slots_needed(

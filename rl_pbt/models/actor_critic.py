@@ -2,13 +2,21 @@
 
 Used by rollout workers (one step, `act`) and by the learner (whole trajectories,
 `evaluate`). Observation and return normalisers are buffers, published with the weights.
+The learner runs the GRU over whole sequences (cuDNN's sequence kernel on CUDA): each
+recurrence chunk is cut at episode ends and the pieces run as one packed batch, a plan that
+`sequence_plan` computes on the host from the dones.
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+from typing import Optional
+
 import gymnasium as gym
+import numpy as np
 import torch
 from torch import Tensor, nn
+from torch.nn.utils.rnn import PackedSequence
 
 from rl_pbt.models.action_dist import ActionDistribution, action_spec
 from rl_pbt.models.normalizer import RunningMeanStd
@@ -25,14 +33,9 @@ def mlp(in_size: int, layers: list[int], act: type[nn.Module]) -> tuple[nn.Modul
     return nn.Sequential(*modules), in_size
 
 
-def conv_encoder(
-    shape: tuple[int, ...], architecture: str, act: type[nn.Module]
-) -> tuple[nn.Module, int]:
-    if architecture != "convnet_simple":
-        raise ValueError(f"--encoder_conv_architecture={architecture!r}: allowed: convnet_simple")
-    c = shape[0]
-    net = nn.Sequential(
-        nn.Conv2d(c, 32, 8, stride=4),
+def convnet_simple(channels: int, act: type[nn.Module]) -> nn.Module:
+    return nn.Sequential(
+        nn.Conv2d(channels, 32, 8, stride=4),
         act(),
         nn.Conv2d(32, 64, 4, stride=2),
         act(),
@@ -40,9 +43,109 @@ def conv_encoder(
         act(),
         nn.Flatten(),
     )
+
+
+class ResidualBlock(nn.Module):
+    """x + conv(relu(conv(relu(x)))), both convs 3x3 keeping the channels and the size."""
+
+    def __init__(self, channels: int):
+        super().__init__()
+        self.conv1 = nn.Conv2d(channels, channels, 3, padding=1)
+        self.conv2 = nn.Conv2d(channels, channels, 3, padding=1)
+
+    def forward(self, x: Tensor) -> Tensor:
+        return x + self.conv2(torch.relu(self.conv1(torch.relu(x))))
+
+
+def convnet_impala(channels: int, act: type[nn.Module]) -> nn.Module:
+    """The IMPALA residual stack (Espeholt et al. 2018): three stages of conv3x3, max-pool
+    3x3/2 and two residual blocks, 16/32/32 channels. ReLU as published, whatever the
+    --nonlinearity (which still applies to the MLPs)."""
+    layers: list[nn.Module] = []
+    for out in (16, 32, 32):
+        layers += [
+            nn.Conv2d(channels, out, 3, padding=1),
+            nn.MaxPool2d(3, stride=2, padding=1),
+            ResidualBlock(out),
+            ResidualBlock(out),
+        ]
+        channels = out
+    return nn.Sequential(*layers, nn.ReLU(), nn.Flatten())
+
+
+CONV_ARCHITECTURES = {"convnet_simple": convnet_simple, "convnet_impala": convnet_impala}
+
+
+def conv_encoder(
+    shape: tuple[int, ...], architecture: str, act: type[nn.Module]
+) -> tuple[nn.Module, int]:
+    if architecture not in CONV_ARCHITECTURES:
+        raise ValueError(
+            f"--encoder_conv_architecture={architecture!r}: allowed: "
+            f"{', '.join(CONV_ARCHITECTURES)}"
+        )
+    net = CONV_ARCHITECTURES[architecture](shape[0], act)
     with torch.no_grad():
         out = net(torch.zeros(1, *shape)).shape[1]
     return net, out
+
+
+@dataclass(frozen=True)
+class SequencePlan:
+    """Where the steps of a batch of trajectories [N, T] go when their recurrence chunks,
+    cut at episode ends, run through the GRU as one packed batch of sequences.
+
+    Packed rows are time-major with the longest sequence first (what nn.GRU and cuDNN take):
+    row `offset[s] + rank` holds step s of the sequence of that length rank."""
+
+    packed_from: Tensor  # [N*T] the flat step (n * T + t) each packed row takes
+    packed_at: Tensor  # [N*T] the packed row of each flat step (the inverse permutation)
+    batch_sizes: Tensor  # [L] sequences still running at each time step; on the host always
+    h0_from: Tensor  # [S] per sequence, longest first: the chunk whose stored state starts
+    # it, or the number of chunks (the index of an appended zero row) after an episode end
+
+    def to(self, device: torch.device | str, non_blocking: bool = False) -> SequencePlan:
+        def move(t: Tensor) -> Tensor:
+            return t.to(device, non_blocking=non_blocking)
+
+        # nn.GRU reads batch_sizes on the host, so they never leave it
+        return SequencePlan(
+            move(self.packed_from), move(self.packed_at), self.batch_sizes, move(self.h0_from)
+        )
+
+
+def sequence_plan(dones: np.ndarray, recurrence: int) -> SequencePlan:
+    """The plan for dones [N, T] (nonzero: the episode ended after that step, so the state is
+    zero before the next one) and chunks of `recurrence` steps, each starting from a stored
+    state. Host arithmetic on numpy: nothing here waits for a device."""
+    n, t = dones.shape
+    if t % recurrence:
+        raise ValueError(f"trajectory length {t} is not a multiple of the recurrence {recurrence}")
+    steps = n * t
+    flat = np.arange(steps)
+    after_done = np.zeros(steps, dtype=bool)
+    after_done[1:] = np.asarray(dones).reshape(-1)[:-1] != 0
+    start = (flat % recurrence == 0) | after_done
+    starts = np.flatnonzero(start)  # first step of each sequence
+    lengths = np.diff(np.append(starts, steps))
+    seq = np.cumsum(start) - 1  # sequence of each step
+    longest_first = np.argsort(-lengths, kind="stable")
+    rank = np.empty_like(longest_first)
+    rank[longest_first] = np.arange(len(longest_first))
+    # sequences longer than s, for s = 0 .. L-1 (a reversed cumulative count of the lengths)
+    batch_sizes = np.cumsum(np.bincount(lengths)[::-1])[::-1][1:]
+    offsets = np.cumsum(batch_sizes) - batch_sizes
+    packed_at = offsets[flat - starts[seq]] + rank[seq]
+    packed_from = np.empty_like(packed_at)
+    packed_from[packed_at] = flat
+    first = starts[longest_first]
+    h0_from = np.where(first % recurrence == 0, first // recurrence, steps // recurrence)
+    return SequencePlan(
+        torch.from_numpy(packed_from.astype(np.int64)),
+        torch.from_numpy(packed_at.astype(np.int64)),
+        torch.from_numpy(batch_sizes.astype(np.int64)),
+        torch.from_numpy(h0_from.astype(np.int64)),
+    )
 
 
 class ActorCritic(nn.Module):
@@ -137,38 +240,40 @@ class ActorCritic(nn.Module):
         rnn_states: Tensor | None,
         dones: Tensor,
         recurrence: int,
+        plan: Optional[SequencePlan] = None,
     ):
         """obs[k]: [N, T, ...]; actions [N, T, dim]; rnn_states [N, T // recurrence, H] (state
-        before each chunk); dones [N, T]. Returns log-probs, entropy, normalised values [N, T]."""
+        before each chunk); dones [N, T]. Returns log-probs, entropy, normalised values [N, T].
+
+        With an RNN, `plan` (from `sequence_plan` on these dones, on this device) saves
+        reading the dones back from the device; without it the plan is made here."""
         n, t = actions.shape[:2]
         flat = {k: v.reshape(n * t, *v.shape[2:]) for k, v in obs.items()}
         x = self.encode(flat)
         if self.use_rnn:
-            x = self._unroll(x.view(n, t, -1), rnn_states, dones, recurrence).reshape(n * t, -1)
+            if plan is None:
+                plan = sequence_plan(dones.detach().cpu().numpy(), recurrence).to(x.device)
+            x = self._unroll(x, rnn_states, plan)
         d = self.dist(self.policy_head(x))
         logp = d.log_prob(actions.reshape(n * t, -1)).view(n, t)
         entropy = d.entropy().view(n, t)
         values = self.value_head(x).view(n, t)
         return logp, entropy, values
 
-    def _unroll(self, x: Tensor, rnn_states: Tensor, dones: Tensor, recurrence: int) -> Tensor:
-        """GRU over chunks of `recurrence` steps, resetting the state after each episode end."""
-        n, t, _ = x.shape
-        chunks = t // recurrence
-        x = x.view(n * chunks, recurrence, -1).transpose(0, 1)  # [R, N*C, F]
-        h = rnn_states.reshape(n * chunks, -1)
-        keep = 1.0 - dones.view(n * chunks, recurrence).transpose(0, 1).float()
-        outs = []
-        for step in range(recurrence):
-            out, hn = self.core(x[step : step + 1], h.unsqueeze(0))
-            outs.append(out.squeeze(0))
-            h = hn.squeeze(0) * keep[step].unsqueeze(-1)
-        y = torch.stack(outs, 0).transpose(0, 1)  # [N*C, R, H]
-        return y.reshape(n, t, -1)
+    def _unroll(self, x: Tensor, rnn_states: Tensor, plan: SequencePlan) -> Tensor:
+        """GRU over the flat steps x [N*T, F], one call for every sequence of the batch."""
+        h = rnn_states.reshape(-1, self.rnn_size).float()
+        h0 = torch.cat([h, h.new_zeros(1, self.rnn_size)]).index_select(0, plan.h0_from)
+        packed = PackedSequence(x.index_select(0, plan.packed_from).float(), plan.batch_sizes)
+        # in float32 even under autocast: a bfloat16 state would lose precision step by step
+        with torch.autocast(device_type=x.device.type, enabled=False):
+            out, _ = self.core(packed, h0.unsqueeze(0))
+        return out.data.index_select(0, plan.packed_at)
 
     def update_normalizers(self, obs: dict[str, Tensor], valid: Tensor) -> None:
+        """Merge the observations where valid [N, T] is true into the running statistics."""
         for key, norm in self.obs_norms.items():
-            norm.update(obs[key][valid])
+            norm.update_masked(obs[key], valid)
 
 
 def make_actor_critic(obs_space: gym.Space, action_space: gym.Space, cfg) -> ActorCritic:

@@ -35,7 +35,8 @@ def load_policy(exp_dir: str, policy_id: int, obs_space, action_space, cfg: Cfg)
     if path is None:
         raise FileNotFoundError(f"policy {policy_id}: no checkpoint in {folder}")
     model = make_actor_critic(obs_space, action_space, cfg)
-    state = torch.load(path, map_location="cpu", weights_only=False)
+    # checkpoints hold plain tensors, numbers and containers only: nothing to unpickle
+    state = torch.load(path, map_location="cpu", weights_only=True)
     model.load_state_dict(state["model"])
     model.eval()
     return model

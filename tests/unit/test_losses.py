@@ -55,8 +55,9 @@ def test_masked_entries_do_not_affect_policy_loss(seed: int) -> None:
     assert torch.isfinite(loss)
     torch.testing.assert_close(loss, ref_loss)
     for key in ("clip_fraction", "approx_kl", "ratio_mean"):
-        assert math.isfinite(stats[key])
-        assert stats[key] == pytest.approx(ref_stats[key], rel=1e-12, abs=1e-12)
+        assert isinstance(stats[key], torch.Tensor) and not stats[key].requires_grad
+        assert math.isfinite(stats[key].item())
+        assert stats[key].item() == pytest.approx(ref_stats[key].item(), rel=1e-12, abs=1e-12)
     for poisoned, ref in ((new_p, new_v), (old_p, old_v), (adv_p, adv_v)):
         assert torch.isfinite(poisoned.grad).all()
         assert (poisoned.grad[~valid] == 0).all()
@@ -126,7 +127,7 @@ def test_policy_loss_all_masked_is_zero() -> None:
     lp = torch.full((4,), float("nan"), requires_grad=True)
     loss, stats = ppo_policy_loss(lp, lp.detach(), torch.ones(4), 0.2, torch.zeros(4))
     assert loss.item() == 0.0
-    assert all(v == 0.0 for v in stats.values())
+    assert all(v.item() == 0.0 for v in stats.values())
     loss.backward()
     assert (lp.grad == 0).all()
 
@@ -142,11 +143,11 @@ def test_clip_fraction_and_stats_handcrafted() -> None:
 
     loss, stats = ppo_policy_loss(lp_new, lp_old, adv, 0.2, mask)
 
-    assert stats["clip_fraction"] == pytest.approx(3 / 5)
+    assert stats["clip_fraction"].item() == pytest.approx(3 / 5)
     r = ratios[:5].numpy()
     a = adv[:5].numpy()
-    assert stats["ratio_mean"] == pytest.approx(r.mean())
-    assert stats["approx_kl"] == pytest.approx(np.mean((r - 1) - np.log(r)))
+    assert stats["ratio_mean"].item() == pytest.approx(r.mean())
+    assert stats["approx_kl"].item() == pytest.approx(np.mean((r - 1) - np.log(r)))
     expected = -np.mean(np.minimum(r * a, np.clip(r, 0.8, 1.2) * a))
     assert loss.item() == pytest.approx(expected)
 
