@@ -18,6 +18,8 @@ setup(
         "test": ["pytest>=7", "ruff>=0.5"],
         "bench": ["psutil>=5.9"],
         "pettingzoo": ["pettingzoo>=1.24"],
+        # counts GPUs through NVML, so the main process never initialises CUDA to count them
+        "gpu": ["nvidia-ml-py>=12"],
     },
     entry_points={
         "console_scripts": [

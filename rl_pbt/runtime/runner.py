@@ -27,12 +27,12 @@ from rl_pbt.config.policy_values import (
 )
 from rl_pbt.envs.registry import make_env, registry_snapshot
 from rl_pbt.envs.wrappers import as_multiagent, reward_shaping_target
-from rl_pbt.learning.learner import Learner, default_hparams, transfer_size
+from rl_pbt.learning.learner import Learner, default_hparams
 from rl_pbt.learning.learner_process import LearnerHost, learner_process_main
 from rl_pbt.logging.files import atomic_write_json, read_json
 from rl_pbt.logging.stats import PopulationStats
 from rl_pbt.memory.buffers import TrajectoryBuffers, num_slots_needed
-from rl_pbt.memory.param_store import ParamStore, flat_state_size
+from rl_pbt.memory.param_store import ParamStore
 from rl_pbt.memory.slots import SlotPool
 from rl_pbt.models.actor_critic import make_actor_critic
 from rl_pbt.pbt.search_space import flatten_shaping, unflatten_shaping
@@ -162,7 +162,7 @@ class Runner:
             recurrence(cfg),
         )
         rows = cfg.num_policies + (cfg.selfplay_snapshot_pool_size if self.use_snapshots else 0)
-        self.params = ParamStore(rows, flat_state_size(template), transfer_size(template))
+        self.params = ParamStore.for_model(rows, template)
         self.free_queue = make_queue(cfg.serial_mode, max_size_bytes=4_000_000)
         self.pool = SlotPool(self.buffers, self.free_queue)
         self.pool.fill()

@@ -69,8 +69,9 @@ def test_cartpole_learns_under_each_start_method(tmp_path, extra):
         assert s["env_steps"] >= 300_000
         assert s["mean_return"] >= 195, f"policy {p}: mean of the last 20 episodes {s}"
     if "--inference=device" in extra:
-        # the server batched more than one group of one worker per forward pass
-        assert result["inference_batch_size"] > 8
+        # one request holds one group of one worker (4 actors): more than that on average
+        # means the server batched requests of several groups or workers per forward pass
+        assert result["inference_batch_size"] > 4
 
 
 class _Recorder:

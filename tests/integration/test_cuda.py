@@ -1,0 +1,103 @@
+"""On a machine with a CUDA device (skipped elsewhere; `python -m pytest -m cuda` runs only
+these): learners, the inference server and whole runs on the GPU, and the main process
+never initialising CUDA itself."""
+
+import json
+import os
+
+import pytest
+import torch
+
+from rl_pbt import parse_cfg, train
+from rl_pbt.runtime.devices import probe_gpu_count
+from tests.small_run import SMALL_RUN
+
+pytestmark = [
+    pytest.mark.cuda,
+    pytest.mark.skipif(probe_gpu_count() == 0, reason="needs a CUDA device"),
+]
+
+CARTPOLE = [
+    "--env=CartPole-v1",
+    "--num_envs_per_worker=8",
+    "--rollout=32",
+    "--batch_size=512",
+    "--encoder_mlp_layers",
+    "64",
+    "64",
+    "--learning_rate=3e-4",
+    "--stats_avg=20",
+    "--train_for_env_steps=300000",
+    "--seed=1",
+    "--exploration_loss_coeff=0.0",
+    "--num_workers=2",
+    "--num_policies=2",
+]
+
+
+def summary(exp_dir):
+    with open(os.path.join(exp_dir, "summary.json")) as f:
+        return json.load(f)
+
+
+@pytest.mark.parametrize(
+    "extra",
+    [
+        [],
+        ["--inference=local", "--mp_start_method=spawn"],
+        ["--learner_processes=per_device", "--amp"],
+    ],
+    ids=["device_inference", "local_inference_spawn", "per_device_amp"],
+)
+def test_cartpole_learns_on_the_gpu(tmp_path, extra):
+    cfg = parse_cfg(
+        CARTPOLE + ["--device=gpu", f"--train_dir={tmp_path}", "--experiment=g", *extra]
+    )
+    assert train(cfg) == 0
+    # the main process counted devices and started children without a CUDA context
+    assert not torch.cuda.is_initialized()
+    result = summary(os.path.join(tmp_path, "g"))
+    for p, s in result["policies"].items():
+        assert s["env_steps"] >= 300_000
+        assert s["mean_return"] >= 195, f"policy {p}: {s}"
+
+
+def test_resume_on_the_gpu_continues_from_the_checkpoint(tmp_path):
+    flags = SMALL_RUN + [
+        "--env=CartPole-v1",
+        "--device=gpu",
+        "--num_policies=2",
+        f"--train_dir={tmp_path}",
+        "--experiment=r",
+    ]
+    assert train(parse_cfg(flags + ["--train_for_env_steps=20000"])) == 0
+    first = summary(os.path.join(tmp_path, "r"))
+    assert train(parse_cfg(flags + ["--train_for_env_steps=40000"])) == 0
+    second = summary(os.path.join(tmp_path, "r"))
+    for p in ("0", "1"):
+        assert second["policies"][p]["env_steps"] >= 40000 > first["policies"][p]["env_steps"]
+
+
+def test_snapshot_selfplay_with_device_inference(tmp_path):
+    import envs  # noqa: F401  (registers the arena)
+
+    cfg = parse_cfg(
+        SMALL_RUN
+        + [
+            "--env=arena_duel",
+            "--device=gpu",
+            "--num_policies=4",
+            "--with_pbt",
+            "--pbt_period_env_steps=10000",
+            "--pbt_start_mutation=10000",
+            "--selfplay_snapshot_prob=0.3",
+            "--selfplay_snapshot_every_env_steps=10000",
+            "--train_for_env_steps=40000",
+            f"--train_dir={tmp_path}",
+            "--experiment=a",
+        ]
+    )
+    assert train(cfg) == 0
+    result = summary(os.path.join(tmp_path, "a"))
+    assert all(s["env_steps"] >= 40000 for s in result["policies"].values())
+    assert result["inference_batch_size"] > 0
