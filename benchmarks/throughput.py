@@ -16,6 +16,7 @@ import json
 import multiprocessing
 import os
 import queue
+import shlex
 import statistics
 import subprocess
 import sys
@@ -72,6 +73,7 @@ def train_run(args, num_policies: int, train_dir: str) -> dict:
         "--restart_behavior=overwrite",
         "--save_every_sec=100000",
     ]
+    cmd += [x for e in getattr(args, "extra", []) for x in shlex.split(e)]
     if args.with_pbt and num_policies > 1:
         cmd += ["--with_pbt", "--pbt_period_env_steps=200000", "--pbt_start_mutation=200000"]
     log_path = os.path.join(train_dir, f"{exp}.log")
@@ -233,6 +235,12 @@ def main() -> None:
         type=int,
         default=1,
         help="env frames per agent step, to count raw frames like training",
+    )
+    parser.add_argument(
+        "--extra",
+        action="append",
+        default=[],
+        help="more training flags, e.g. --extra=--mp_start_method=forkserver (repeatable)",
     )
     args = parser.parse_args()
 

@@ -25,6 +25,8 @@ from rl_pbt.runtime.messages import (
     drain,
 )
 
+STOP_MESSAGE_GRACE_S = 5.0
+
 
 class LearnerHost:
     def __init__(
@@ -170,10 +172,17 @@ def learner_process_main(spec, policy_ids: list[int]) -> None:
             hb_index,
         )
         host.start(spec.resuming)
+        stop_seen = None
         while not host.stopped:
             host.poll(timeout=0.05)
             if parent.gone():  # the runner died without a word: keep what was learned
                 host.handle(Stop(save=True))
+            elif spec.stop_flag[0]:
+                # the runner is stopping: its Stop message normally follows at once; if it
+                # cannot be delivered (a full queue), save all the same
+                stop_seen = stop_seen or time.monotonic()
+                if time.monotonic() - stop_seen > STOP_MESSAGE_GRACE_S:
+                    host.handle(Stop(save=True))
     except KeyboardInterrupt:
         if host is not None:
             host.handle(Stop(save=True))

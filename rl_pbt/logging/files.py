@@ -5,7 +5,11 @@ from __future__ import annotations
 import json
 import os
 import tempfile
-from typing import Any, Callable
+from typing import Any, Callable, Optional
+
+# written into every experiment folder the trainer creates: --restart_behavior=overwrite
+# deletes only folders that hold it
+EXPERIMENT_MARKER = ".rl_pbt_experiment"
 
 
 def atomic_write(path: str, write: Callable[[Any], None], mode: str = "w") -> None:
@@ -54,3 +58,38 @@ def summary_dir(exp_dir: str, policy_id: int) -> str:
 
 def pbt_dir(exp_dir: str) -> str:
     return os.path.join(exp_dir, "pbt")
+
+
+def experiment_name_problem(name: Optional[str]) -> Optional[str]:
+    """Why `name` is not a plain folder name (None when it is)."""
+    if not name or not name.strip():
+        return "is empty"
+    if os.path.isabs(name) or "/" in name or "\\" in name or "\0" in name:
+        return "is a path"
+    if name in (".", "..") or name.strip() != name:
+        return "is not a folder name"
+    return None
+
+
+def is_inside(path: str, root: str) -> bool:
+    """`path` lies strictly inside `root`, links resolved."""
+    path, root = os.path.realpath(path), os.path.realpath(root)
+    return path != root and os.path.commonpath([path, root]) == root
+
+
+def remove_old_files(folder: str, pattern: str, keep: int, root: str) -> list[str]:
+    """Delete all but the newest `keep` files matching `pattern` (names sort by age) in
+    `folder`, without following links: nothing is deleted when `folder` is a link or lies
+    outside `root`, and a file that is itself a link loses only the link. Returns what went."""
+    import glob
+
+    if os.path.islink(folder) or not is_inside(folder, root):
+        return []
+    old = sorted(glob.glob(os.path.join(folder, pattern)))[: -keep if keep > 0 else None]
+    removed = []
+    for path in old:
+        if os.path.realpath(os.path.dirname(path)) != os.path.realpath(folder):
+            continue
+        os.unlink(path)  # unlink never follows a link
+        removed.append(path)
+    return removed

@@ -25,7 +25,7 @@ from rl_pbt.logging.files import (
 )
 from rl_pbt.pbt.exploit import ExploitSettings, choose_source
 from rl_pbt.pbt.explore import ExploreSettings, explore, resample_value
-from rl_pbt.pbt.lineage import append_event, lineage_path, make_event
+from rl_pbt.pbt.lineage import append_event, lineage_path, make_event, read_events
 from rl_pbt.pbt.search_space import (
     build_search_space,
     diff_values,
@@ -41,6 +41,11 @@ log = logging.getLogger(__name__)
 
 STATE_FILE = "state.json"
 STATE_VERSION = 1
+_STATE_KEYS = {"num_policies", "hparams", "shaping_flat", "last_update", "windows", "rng"}
+
+
+class PBTStateError(ValueError):
+    """pbt/state.json cannot be restored nor rebuilt."""
 
 
 @dataclass
@@ -128,10 +133,12 @@ class PBTManager:
         self.last_update: list[int] = []
         self._windows: list[deque] = []
         self.rng = np.random.default_rng(seed if seed is not None else getattr(cfg, "seed", None))
+        self.rebuilt_note: Optional[str] = None
 
-        self.restored = os.path.isfile(self.state_path)  # a resumed run: its own values hold
+        state = self._read_state(base_hparams, base_shaping)
+        self.restored = state is not None  # a resumed run: its own values hold
         if self.restored:
-            self._restore(read_json(self.state_path), base_hparams, base_shaping)
+            self._restore(state, base_hparams, base_shaping)
             self._write_policy_files(range(num_policies))
         else:
             for _ in range(num_policies):
@@ -230,6 +237,65 @@ class PBTManager:
             },
         )
 
+    def _read_state(
+        self, base_hparams: dict[str, Any], base_shaping: Optional[dict[str, float]]
+    ) -> Optional[dict]:
+        """The saved state; None for a new run. A missing or unreadable state.json of a run
+        that already has a lineage is rebuilt from the policy files and the lineage (never a
+        silent reset to the defaults), or stops the run with a line naming the file."""
+        problem = None
+        if os.path.isfile(self.state_path):
+            try:
+                state = read_json(self.state_path)
+                if isinstance(state, dict) and _STATE_KEYS <= set(state):
+                    return state
+                problem = "does not hold a PBT state"
+            except (OSError, ValueError) as e:  # json.JSONDecodeError is a ValueError
+                problem = f"is unreadable ({e})"
+        elif read_events(self.lineage_path):
+            problem = "is missing"
+        if problem is None:
+            return None  # a new run
+        state = self._rebuild_state(base_hparams, base_shaping)
+        if state is None:
+            raise PBTStateError(
+                f"{self.state_path} {problem}, and the policy files needed to rebuild it "
+                f"({policy_cfg_path(self.exp_dir, 0)}, ...) are not all there: restore the "
+                "file, or start over with --restart_behavior=restart"
+            )
+        log.warning(
+            "%s %s: rebuilt from the policy files and the lineage", self.state_path, problem
+        )
+        self.rebuilt_note = (
+            f"{self.state_path} {problem}: rebuilt from the policy files and lineage"
+        )
+        return state
+
+    def _rebuild_state(
+        self, base_hparams: dict[str, Any], base_shaping: Optional[dict[str, float]]
+    ) -> Optional[dict]:
+        hparams, shaping = [], []
+        for p in range(self.num_policies):
+            try:
+                hparams.append(read_json(policy_cfg_path(self.exp_dir, p)))
+                flat = None
+                if base_shaping is not None:
+                    flat = flatten_shaping(read_json(policy_shaping_path(self.exp_dir, p)))
+                shaping.append(flat)
+            except (OSError, ValueError, TypeError, AttributeError):
+                return None
+            if not isinstance(hparams[-1], dict) or (base_shaping is not None and not flat):
+                return None
+        return {
+            "num_policies": self.num_policies,
+            "hparams": hparams,
+            "shaping_flat": shaping,
+            # unknown: each policy's next update counts a full period from where it resumes
+            "last_update": [None] * self.num_policies,
+            "windows": [[] for _ in range(self.num_policies)],
+            "rng": None,
+        }
+
     def _restore(
         self, state: dict, base_hparams: dict[str, Any], base_shaping: Optional[dict[str, float]]
     ) -> None:
@@ -247,9 +313,10 @@ class PBTManager:
             else {k: (saved or {}).get(k, v) for k, v in base_shaping.items()}
             for saved in state["shaping_flat"]
         ]
-        self.last_update = [int(v or 0) for v in state["last_update"]]
+        self.last_update = [None if v is None else int(v) for v in state["last_update"]]
         self._windows = [deque(w, maxlen=self.window) for w in state["windows"]]
-        self.rng.bit_generator.state = state["rng"]
+        if state["rng"] is not None:
+            self.rng.bit_generator.state = state["rng"]
         self._refresh_shaping()
 
     def _refresh_shaping(self) -> None:
@@ -298,6 +365,9 @@ class PBTManager:
         if self.elo and (ratings is None or len(ratings) != self.num_policies):
             raise ValueError("pbt_target_objective='elo' needs one rating per policy")
         steps = [int(s) for s in env_steps]
+        for p, last in enumerate(self.last_update):
+            if last is None:  # rebuilt state: a period counts from the first steps seen
+                self.last_update[p] = steps[p]
         if min(steps) < self.start:
             return []
         due = [p for p in range(self.num_policies) if steps[p] - self.last_update[p] >= self.period]

@@ -57,8 +57,8 @@ def _nvml_count() -> Optional[int]:
             return int(pynvml.nvmlDeviceGetCount())
         finally:
             pynvml.nvmlShutdown()
-    except Exception:  # no driver, no device: NVML raises its own error types
-        return 0
+    except Exception:  # NVML broken or absent (its own error types): ask CUDA in a child
+        return None
 
 
 def _child_count() -> int:
@@ -83,10 +83,21 @@ def probe_gpu_count() -> int:
         return 0
     n = _nvml_count()
     if n is None:
-        n = _child_count()
-    elif visible is not None:
-        n = min(n, len(visible))
+        return _child_count()
+    if visible is not None:
+        n = _usable_visible(visible, n)
     return n
+
+
+def _usable_visible(visible: list[str], n_physical: int) -> int:
+    """How many CUDA_VISIBLE_DEVICES entries CUDA will use: it stops at the first ordinal
+    that does not exist (UUIDs, 'GPU-...'/'MIG-...', are taken as given)."""
+    count = 0
+    for v in visible:
+        if v.isdigit() and int(v) >= n_physical:
+            break
+        count += 1
+    return min(count, n_physical)
 
 
 def visible_gpu_count(device_flag: str = "auto", num_gpus_flag: int = -1) -> int:
@@ -144,7 +155,7 @@ def describe(device_of: dict[int, str], num_gpus: Optional[int] = None) -> str:
 
 
 # --- seeds -------------------------------------------------------------------------------------
-_ROLES = {"learner": 1, "worker": 2, "env": 3, "inference": 4, "pbt": 5}
+_ROLES = {"learner": 1, "worker": 2, "env": 3, "inference": 4, "pbt": 5, "minibatches": 6}
 
 
 def fresh_seed() -> int:
@@ -155,5 +166,5 @@ def fresh_seed() -> int:
 def derive_seed(run_seed: int, role: str, index: int = 0) -> int:
     """Independent seed for one component (policy p's learner, worker w, ...) of a run: every
     process gets its own stream, and the same run seed gives the same streams."""
-    seq = np.random.SeedSequence([int(run_seed) & 0xFFFFFFFF, _ROLES[role], int(index)])
+    seq = np.random.SeedSequence([abs(int(run_seed)), _ROLES[role], int(index)])
     return int(seq.generate_state(1)[0] & 0x7FFFFFFF)

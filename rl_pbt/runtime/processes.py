@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import pickle
 import random
+import signal
 from dataclasses import dataclass, field
 from functools import partial
 from typing import Any, Callable, Optional
@@ -92,6 +93,10 @@ def check_picklable_registry(registry: dict[str, EnvEntry], env_name: str, metho
 def child_setup(spec: RunSpec, role: str, index: int) -> int:
     """First thing in every child: one CPU thread, the user's envs, this child's own seeds."""
     torch.set_num_threads(1)
+    # SIGTERM to the whole process group (timeout, docker stop, Slurm) stops a child the way
+    # Ctrl-C does: learners save their checkpoints on the way out
+    signal.signal(signal.SIGTERM, signal.default_int_handler)
+    signal.signal(signal.SIGINT, signal.default_int_handler)
     restore_registry(spec.registry)
     seed = derive_seed(spec.run_seed, role, index)
     seed_everything(seed)
@@ -207,7 +212,7 @@ def build_learner(spec: RunSpec, policy_id: int):
         spec.params,
         spec.device_of[policy_id],
         spec.exp_dir,
-        seed=seed,
+        seed=derive_seed(spec.run_seed, "minibatches", policy_id),
     )
 
 

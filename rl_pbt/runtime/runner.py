@@ -11,6 +11,7 @@ import multiprocessing
 import os
 import queue
 import shutil
+import signal
 import time
 import traceback
 from typing import Optional
@@ -29,7 +30,13 @@ from rl_pbt.envs.registry import make_env, registry_snapshot
 from rl_pbt.envs.wrappers import as_multiagent, reward_shaping_target
 from rl_pbt.learning.learner import Learner, default_hparams
 from rl_pbt.learning.learner_process import LearnerHost, learner_process_main
-from rl_pbt.logging.files import atomic_write_json, read_json
+from rl_pbt.logging.files import (
+    EXPERIMENT_MARKER,
+    atomic_write_json,
+    experiment_name_problem,
+    is_inside,
+    read_json,
+)
 from rl_pbt.logging.stats import PopulationStats
 from rl_pbt.memory.buffers import TrajectoryBuffers, num_slots_needed
 from rl_pbt.memory.param_store import ParamStore
@@ -91,9 +98,38 @@ def log(msg: str) -> None:
     print(f"[{time.strftime('%H:%M:%S')}] {msg}", flush=True)
 
 
+def check_experiment_dir(cfg: Cfg) -> str:
+    """The experiment folder, after the checks that keep every other folder safe: a plain
+    name inside --train_dir, and with --restart_behavior=overwrite a folder this trainer
+    made (its marker file inside), not a link. Raises ConfigError before anything is touched."""
+    problem = experiment_name_problem(cfg.experiment)
+    if problem:
+        raise ConfigError(
+            f"--experiment={cfg.experiment!r} {problem}: give a plain folder name (no '/', "
+            f"no '..'); the run goes to --train_dir={cfg.train_dir!r}/<name>"
+        )
+    exp_dir = experiment_dir(cfg)
+    if not os.path.isfile(os.path.join(exp_dir, "config.json")):
+        return exp_dir
+    if cfg.restart_behavior == "overwrite":
+        why = None
+        if os.path.islink(exp_dir):
+            why = "is a symbolic link"
+        elif not is_inside(exp_dir, cfg.train_dir):
+            why = f"does not lie inside --train_dir={cfg.train_dir!r}"
+        elif not os.path.isfile(os.path.join(exp_dir, EXPERIMENT_MARKER)):
+            why = f"has no {EXPERIMENT_MARKER} marker (this trainer did not create it)"
+        if why:
+            raise ConfigError(
+                f"--restart_behavior=overwrite: {exp_dir} {why}, so it is not deleted; "
+                "remove it yourself, or use --restart_behavior=restart or another --experiment"
+            )
+    return exp_dir
+
+
 def prepare_experiment_dir(cfg: Cfg) -> tuple[str, bool]:
     """Apply --restart_behavior; returns (folder, resuming)."""
-    exp_dir = experiment_dir(cfg)
+    exp_dir = check_experiment_dir(cfg)
     exists = os.path.isfile(os.path.join(exp_dir, "config.json"))
     if exists and cfg.restart_behavior == "overwrite":
         shutil.rmtree(exp_dir)
@@ -104,6 +140,10 @@ def prepare_experiment_dir(cfg: Cfg) -> tuple[str, bool]:
         log(f"--restart_behavior=restart: previous run moved to {backup}")
         exists = False
     os.makedirs(exp_dir, exist_ok=True)
+    marker = os.path.join(exp_dir, EXPERIMENT_MARKER)
+    if not os.path.isfile(marker):
+        with open(marker, "w") as f:
+            f.write("an rl_pbt experiment folder: --restart_behavior=overwrite may delete it\n")
     return exp_dir, exists
 
 
@@ -130,6 +170,7 @@ class Runner:
                 f"it needs a multi-agent env, and --env={cfg.env} has one agent"
             )
 
+        check_experiment_dir(cfg)
         # devices and the start method, before anything is written: a config error (say
         # --device=gpu on a machine without one) leaves the folder alone. No torch.cuda call
         # here: CUDA is first touched in the children.
@@ -192,7 +233,10 @@ class Runner:
                 len(set(self.device_of.values())),
             )
             self.inference = InferencePlan.for_devices(
-                io, self.device_of, lambda: make_queue(cfg.serial_mode, max_size_bytes=1_000_000)
+                io,
+                self.device_of,
+                lambda: make_queue(cfg.serial_mode, max_size_bytes=1_000_000),
+                fused=cfg.fused_inference,
             )
         names = [f"rollout worker {i}" for i in range(cfg.num_workers)] + [
             f"learner {p}" for p in range(cfg.num_policies)
@@ -269,17 +313,20 @@ class Runner:
             )
         if not self.cfg.with_pbt:
             return None
-        from rl_pbt.pbt.manager import PBTManager
+        from rl_pbt.pbt.manager import PBTManager, PBTStateError
 
-        return PBTManager(
-            self.cfg,
-            self.num_policies,
-            default_hparams(self.cfg),
-            self.default_shaping,
-            self.exp_dir,
-            seed=derive_seed(self.run_seed, "pbt"),
-            initial_values=self.policy_values,
-        )
+        try:
+            return PBTManager(
+                self.cfg,
+                self.num_policies,
+                default_hparams(self.cfg),
+                self.default_shaping,
+                self.exp_dir,
+                seed=derive_seed(self.run_seed, "pbt"),
+                initial_values=self.policy_values,
+            )
+        except PBTStateError as e:  # one line and exit status 2, like a bad flag
+            raise ConfigError(str(e)) from None
 
     def _elo_path(self) -> str:
         return os.path.join(self.exp_dir, "elo.json")
@@ -335,13 +382,17 @@ class Runner:
         if cfg.with_pbt and self.pbt is not None:  # not a lineage replay
             tuned = ", ".join(self.pbt.space) or "nothing"
             log(f"PBT search space: {tuned}")
+            if self.pbt.rebuilt_note:
+                log(f"WARNING: {self.pbt.rebuilt_note}")
             for note in self.pbt.space_notes:
                 log(f"PBT search space: {note}")
+        previous = signal.signal(signal.SIGTERM, _interrupt_on_sigterm)
         try:
             if cfg.serial_mode:
                 return self._run_serial()
             return self._run_parallel()
         finally:
+            signal.signal(signal.SIGTERM, previous)
             self.stats.close()
 
     def _worker_factory(self, worker_idx: int, should_stop, blocking: bool = True):
@@ -415,7 +466,8 @@ class Runner:
         ctx = multiprocessing.get_context(self.start_method)
         if self.start_method == "forkserver":
             # modules imported once by the server, so children start fast and share their pages
-            ctx.set_forkserver_preload(["__main__", "torch", "rl_pbt.runtime.processes"])
+            # (not __main__: a user script that touches CUDA on import would poison the server)
+            ctx.set_forkserver_preload(["rl_pbt.runtime.preload"])
         return ctx
 
     def _run_parallel(self) -> int:
@@ -458,6 +510,9 @@ class Runner:
         """Stop everyone, let the learners save, write the side state. Never raises on a
         component's error: a second failure reported while stopping is only logged."""
         self.stop_flag[0] = 1
+        # a second SIGINT/SIGTERM (timeout, docker stop, Slurm) must not cut the saves short
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            signal.signal(sig, _log_signal_while_stopping)
         stops = [(q, Stop()) for q in self.worker_queues]
         stops += [(self.learner_queues[p], Stop(save=True)) for p in range(self.num_policies)]
         for q, stop in stops:
@@ -653,6 +708,16 @@ class Runner:
         if self.pbt is not None:
             self.pbt.save()
         self._save_elo()
+
+
+def _interrupt_on_sigterm(signum, frame) -> None:
+    """SIGTERM stops the run like Ctrl-C: checkpoints, PBT state, Elo and summary saved."""
+    log("SIGTERM: stopping")
+    raise KeyboardInterrupt
+
+
+def _log_signal_while_stopping(signum, frame) -> None:
+    log(f"{signal.Signals(signum).name} while stopping: still saving, please wait")
 
 
 def _warm_up_imports(model) -> None:

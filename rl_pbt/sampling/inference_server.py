@@ -78,9 +78,12 @@ class InferencePlan:
     server_of: list[int]  # policy p -> its server
     request_queues: list  # per server
     reply_queues: list  # per rollout worker
+    fused: bool = True  # --fused_inference: one pass over all of a CPU server's policies
 
     @classmethod
-    def for_devices(cls, io: InferenceIO, device_of: dict[int, str], make_queue: Callable):
+    def for_devices(
+        cls, io: InferenceIO, device_of: dict[int, str], make_queue: Callable, fused: bool = True
+    ):
         devices = sorted(set(device_of.values()))
         policies = [[p for p in sorted(device_of) if device_of[p] == d] for d in devices]
         server_of = [devices.index(device_of[p]) for p in sorted(device_of)]
@@ -91,6 +94,7 @@ class InferencePlan:
             server_of,
             [make_queue() for _ in devices],
             [make_queue() for _ in range(io.rows.shape[0])],
+            fused,
         )
 
 
@@ -123,7 +127,9 @@ class InferenceServer:
         self.obs_keys = template.obs_spec.keys
         self.rnn_size = template.rnn_size
         # the CPU gains from one fused pass over many small policies; a GPU batches per policy
-        fused_ok = self.device.type == "cpu" and FusedPopulationPolicy.supported(template)
+        fused_ok = (
+            plan.fused and self.device.type == "cpu" and FusedPopulationPolicy.supported(template)
+        )
         self.fused = FusedPopulationPolicy(template, max(self.policies) + 1) if fused_ok else None
         self.seq = {p: -1 for p in self.policies}
         self.version = np.zeros(max(self.policies) + 1, dtype=np.int64)
@@ -189,22 +195,33 @@ class InferenceServer:
             logp.copy_(lp)
             values.copy_(v)
         else:
-            h_in = io.h[twi, tai].to(self.device, non_blocking=True) if self.rnn_size else None
-            h_out = torch.empty((n, io.h.shape[-1])) if self.rnn_size else None
-            for p in np.unique(rows).tolist():
-                sel = np.flatnonzero(rows == p)
-                tsel = torch.from_numpy(sel)
-                dsel = tsel.to(self.device, non_blocking=True)
-                part = {k: v.index_select(0, dsel) for k, v in obs.items()}
-                h = h_in.index_select(0, dsel) if h_in is not None else None
-                a, lp, v, h_next = self.models[p].act(part, h)
-                # one device->host copy per output of this policy
-                actions[tsel] = a.reshape(len(sel), -1).to("cpu", actions.dtype)
-                logp[tsel] = lp.float().cpu()
-                values[tsel] = v.float().cpu()
-                if h_out is not None:
-                    h_out[tsel] = h_next.float().cpu()
-            if h_out is not None:
+            # actors grouped by policy: one forward pass each into device buffers, then one
+            # device->host copy per output for the whole batch
+            order = np.argsort(rows, kind="stable")
+            sorted_rows = rows[order]
+            dorder = torch.from_numpy(order).to(self.device, non_blocking=True)
+            obs = {k: v.index_select(0, dorder) for k, v in obs.items()}
+            h_in = None
+            if self.rnn_size:
+                h_in = io.h[twi, tai].to(self.device, non_blocking=True).index_select(0, dorder)
+            out_a, out_lp, out_v, out_h = [], [], [], []
+            bounds = np.flatnonzero(np.diff(sorted_rows)) + 1
+            for lo, hi in zip(np.r_[0, bounds], np.r_[bounds, n]):
+                p = int(sorted_rows[lo])
+                part = {k: v[lo:hi] for k, v in obs.items()}
+                a, lp, v, h_next = self.models[p].act(part, h_in[lo:hi] if self.rnn_size else None)
+                out_a.append(a.reshape(hi - lo, -1))
+                out_lp.append(lp.float())
+                out_v.append(v.float())
+                if self.rnn_size:
+                    out_h.append(h_next.float())
+            torder = torch.from_numpy(order)
+            actions[torder] = torch.cat(out_a).to("cpu", actions.dtype)
+            logp[torder] = torch.cat(out_lp).cpu()
+            values[torder] = torch.cat(out_v).cpu()
+            if self.rnn_size:
+                h_out = torch.empty((n, io.h.shape[-1]))
+                h_out[torder] = torch.cat(out_h).cpu()
                 io.h[twi, tai] = h_out
         io.actions[twi, tai] = actions
         io.log_probs[twi, tai] = logp

@@ -131,13 +131,17 @@ class RolloutWorker(ServerActing):
         model = make_model()
         self.act_spec = model.act_spec
         self.action_dtype = np.int64 if self.act_spec.kind == "discrete" else np.float32
-        use_fused = cfg.fused_inference and FusedPopulationPolicy.supported(model)
+        # with an inference server, only frozen snapshots act here (never fused)
+        use_fused = (
+            cfg.fused_inference and inference is None and FusedPopulationPolicy.supported(model)
+        )
         self.fused = FusedPopulationPolicy(model, cfg.num_policies) if use_fused else None
         self.obs_keys = model.obs_spec.keys
         self.rnn_size = model.rnn_size
         self.h = torch.zeros(n_act, max(self.rnn_size, 1))
         self.cur_obs = {k: np.zeros((n_act, *s), dtype=d) for k, s, d in model.obs_spec.items()}
         self.seat: list[Any] = [0] * n_act  # policy id (int) or snapshot id (str) per actor
+        self.seat_row = np.zeros(n_act, dtype=np.int64)  # the seat's policy, -1 for a snapshot
         self.slot = np.full(n_act, -1, dtype=np.int64)
         self.t = np.zeros(n_act, dtype=np.int64)
         self.pending_bootstrap: list[tuple[int, int]] = []  # (actor, old slot)
@@ -167,12 +171,17 @@ class RolloutWorker(ServerActing):
 
     def _start_envs(self) -> None:
         self.action_space.seed(int(self.rng.integers(2**31)))
+        self.unscored = np.zeros(self.num_actors, dtype=bool)  # episode not to be reported
         for e, env in enumerate(self.envs):
             self._beat(hb.RESETTING, e)
             obs_list, _ = env.reset(seed=int(self.rng.integers(2**31)))
             if self.cfg.decorrelate_envs_on_one_worker and self.num_agents == 1:
-                for _ in range(int(self.rng.integers(0, 2 * self.T))):
+                warm_up = int(self.rng.integers(0, 2 * self.T))
+                for _ in range(warm_up):
                     obs_list, *_ = env.step([self.action_space.sample()])
+                # that episode was partly played at random: kept out of the statistics and
+                # PBT's objective windows
+                self.unscored[e] = warm_up > 0
             self._assign_seats(e)
             for a, obs in enumerate(obs_list):
                 self._store_obs(e * self.num_agents + a, obs)
@@ -194,6 +203,7 @@ class RolloutWorker(ServerActing):
             if isinstance(seat, str) and seat not in self.snapshot_store:
                 seat = int(self.rng.integers(self.num_policies))  # snapshot gone: a live policy
             self.seat[i] = seat
+            self.seat_row[i] = seat if self._is_policy(seat) else -1
             if isinstance(seat, str):
                 self._snapshot_model(seat)  # load now, while the snapshot is surely known
         self._install_shaping(e)
@@ -384,7 +394,7 @@ class RolloutWorker(ServerActing):
         actions = np.zeros((n, self.act_spec.dim), dtype=self.action_dtype)
         logp = np.zeros(n, dtype=np.float32)
         values = np.zeros(n, dtype=np.float32)
-        policy_rows = np.array([s if self._is_policy(s) else -1 for s in self.seat])
+        policy_rows = self.seat_row
         trains = policy_rows >= 0
         h_before = self.h.clone() if self.rnn_size else None
         groups: dict[Any, list[int]] = {}
@@ -471,7 +481,10 @@ class RolloutWorker(ServerActing):
             if dones[a]:
                 if self.rnn_size:
                     self.h[i] = 0.0
-                self.episodes.append(self._episode_stats(i, info))
+                if self.unscored[i]:
+                    self.unscored[i] = False
+                else:
+                    self.episodes.append(self._episode_stats(i, info))
                 self.ep_return[i] = 0.0
                 self.ep_len[i] = 0
         if dones.all():

@@ -54,7 +54,7 @@ class ServerActing:
     def _request(self, s: int) -> None:
         """Ask the servers of the policies seated in group s for their next actions."""
         lo, hi = self._split_actors(s)
-        rows = np.array([x if self._is_policy(x) else -1 for x in self.seat[lo:hi]])
+        rows = self.seat_row[lo:hi]
         self.io_rows[lo:hi] = rows
         if self.rnn_size:
             self.h_before[lo:hi] = self.h[lo:hi]
@@ -105,14 +105,27 @@ class ServerActing:
         the trajectory slots; returns every actor's action (group s's are fresh)."""
         lo, hi = self._split_actors(s)
         actions, logp, values, versions = self.io_out
-        policy_rows = np.array([x if self._is_policy(x) else -1 for x in self.seat])
+        policy_rows = self.seat_row
         groups: dict[Any, list[int]] = {}
-        for i in range(lo, hi):
-            if policy_rows[i] < 0:
-                groups.setdefault(self.seat[i], []).append(i)
-        self._act_locally(groups, actions, logp, values, self.h_before)
-        self._notice_unseated_copies(np.empty(0, dtype=np.int64))
+        for i in lo + np.flatnonzero(policy_rows[lo:hi] < 0):
+            groups.setdefault(self.seat[i], []).append(i)
+        if groups:
+            self._act_locally(groups, actions, logp, values, self.h_before)
         idx = lo + np.flatnonzero(policy_rows[lo:hi] >= 0)
+        rows = policy_rows[idx]
+        self._notice_served_copies(rows, versions[idx])
+        self._notice_unseated_copies(rows)
         if idx.size:
             self._write_step(idx, policy_rows, actions, logp, values, self.h_before, versions[idx])
         return actions
+
+    def _notice_served_copies(self, rows: np.ndarray, versions: np.ndarray) -> None:
+        """A served policy whose weights jumped more than max_policy_lag versions since this
+        worker last saw it was replaced by a PBT copy: its learner needs experience soon."""
+        if not rows.size:
+            return
+        jumped = versions - self._noticed_version[rows] > self.max_lag
+        if jumped.any() and self.prefer is not None:
+            for p in np.unique(rows[jumped]).tolist():
+                self.prefer(p, self._prefer_steps)
+        np.maximum.at(self._noticed_version, rows, versions)

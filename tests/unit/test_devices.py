@@ -51,6 +51,8 @@ def test_nvml_count_limited_by_visible_devices(monkeypatch):
     fake_nvml(monkeypatch, 4)
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "1,3")
     assert devices.probe_gpu_count() == 2
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "2,7,0")  # CUDA stops at ordinal 7
+    assert devices.probe_gpu_count() == 1
     monkeypatch.delenv("CUDA_VISIBLE_DEVICES")
     assert devices.probe_gpu_count() == 4
 
@@ -75,3 +77,14 @@ def test_start_method_never_forks_with_cuda():
     assert devices.resolve_start_method("fork", cuda=False) == "fork"
     with pytest.raises(ConfigError, match="--mp_start_method=fork"):
         devices.resolve_start_method("fork", cuda=True)
+
+
+def test_broken_nvml_falls_back_to_a_child_probe(monkeypatch):
+    def broken():
+        raise RuntimeError("NVML driver not loaded")
+
+    module = types.SimpleNamespace(nvmlInit=broken, nvmlShutdown=lambda: None)
+    monkeypatch.setitem(sys.modules, "pynvml", module)
+    monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
+    monkeypatch.setattr(devices, "_child_count", lambda: 3)
+    assert devices.probe_gpu_count() == 3

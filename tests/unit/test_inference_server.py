@@ -14,7 +14,7 @@ from rl_pbt.runtime.messages import InferenceRequest, LocalQueue, drain
 from rl_pbt.sampling.inference_server import NO_ROW, InferenceIO, InferencePlan, InferenceServer
 
 
-def build(use_rnn, num_policies=3):
+def build(use_rnn, num_policies=3, fused=True):
     cfg = parse_cfg(
         ["--env=CartPole-v1", "--encoder_mlp_layers", "16", f"--use_rnn={use_rnn}"]
         + ["--rnn_size=8"]
@@ -32,15 +32,18 @@ def build(use_rnn, num_policies=3):
         params.publish(p, m, version=10 * p + 1)
     io = InferenceIO.allocate(2, 6, models[0].obs_spec, models[0].act_spec, models[0].rnn_size, 2)
     # policies 0 and 2 on one server, 1 on the other
-    plan = InferencePlan.for_devices(io, {0: "cpu", 1: "cpu:1", 2: "cpu"}, LocalQueue)
+    plan = InferencePlan.for_devices(
+        io, {0: "cpu", 1: "cpu:1", 2: "cpu"}, LocalQueue, fused=fused
+    )
     return cfg, models, params, io, plan, make_model
 
 
-@pytest.mark.parametrize("use_rnn", [False, True])
-def test_answers_match_each_policy_model(use_rnn):
-    cfg, models, params, io, plan, make_model = build(use_rnn)
+@pytest.mark.parametrize("use_rnn,fused", [(False, True), (False, False), (True, False)])
+def test_answers_match_each_policy_model(use_rnn, fused):
+    cfg, models, params, io, plan, make_model = build(use_rnn, fused=fused)
     assert plan.policies == [[0, 2], [1]] and plan.server_of == [0, 1, 0]
     server = InferenceServer(plan, 0, make_model, params)
+    assert (server.fused is not None) == (fused and not use_rnn)
     g = torch.Generator().manual_seed(1)
     io.obs["obs"][:] = torch.rand(io.obs["obs"].shape, generator=g) * 2 - 1
     io.h[:] = torch.rand(io.h.shape, generator=g)

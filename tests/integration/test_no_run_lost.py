@@ -1,0 +1,250 @@
+"""No run is ever lost: overwrite deletes only a folder this trainer made, inside --train_dir;
+SIGTERM saves everything; a missing or broken pbt/state.json is rebuilt, never silently reset;
+the warm-up's partial first episodes are not scored."""
+
+import glob
+import json
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+
+import gymnasium as gym
+import numpy as np
+import pytest
+
+from rl_pbt import parse_cfg, register_env
+from rl_pbt.config.parse import ConfigError
+from rl_pbt.learning.learner_process import LearnerHost
+from rl_pbt.pbt.lineage import read_events
+from rl_pbt.runtime.runner import Runner, _MergedQueue
+from tests.small_run import SMALL_RUN
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+
+def cfg_for(tmp_path, experiment, *extra):
+    return parse_cfg(
+        SMALL_RUN
+        + [
+            "--env=CartPole-v1",
+            f"--train_dir={tmp_path / 'runs'}",
+            f"--experiment={experiment}",
+            *extra,
+        ]
+    )
+
+
+def make_precious(folder):
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / "config.json").write_text("{}")
+    (folder / "precious.txt").write_text("results")
+
+
+@pytest.mark.parametrize("name", ["", "../outside", "/abs/path", "..", "a/b"])
+def test_experiment_must_be_a_plain_name(tmp_path, name):
+    make_precious(tmp_path / "runs" / "other_run")
+    make_precious(tmp_path / "outside")
+    with pytest.raises(ConfigError, match="--experiment"):
+        Runner(cfg_for(tmp_path, name, "--restart_behavior=overwrite"))
+    assert (tmp_path / "runs" / "other_run" / "precious.txt").read_text() == "results"
+    assert (tmp_path / "outside" / "precious.txt").read_text() == "results"
+
+
+def test_overwrite_refuses_a_folder_without_the_marker(tmp_path):
+    make_precious(tmp_path / "runs" / "mine")
+    with pytest.raises(ConfigError, match="marker"):
+        Runner(cfg_for(tmp_path, "mine", "--restart_behavior=overwrite"))
+    assert (tmp_path / "runs" / "mine" / "precious.txt").read_text() == "results"
+
+
+def test_overwrite_refuses_a_link_to_elsewhere(tmp_path):
+    make_precious(tmp_path / "elsewhere")
+    (tmp_path / "elsewhere" / ".rl_pbt_experiment").write_text("")
+    (tmp_path / "runs").mkdir()
+    os.symlink(tmp_path / "elsewhere", tmp_path / "runs" / "linked")
+    with pytest.raises(ConfigError, match="symbolic link"):
+        Runner(cfg_for(tmp_path, "linked", "--restart_behavior=overwrite"))
+    assert (tmp_path / "elsewhere" / "precious.txt").read_text() == "results"
+
+
+def test_overwrite_deletes_a_run_this_trainer_made(tmp_path):
+    runner = Runner(cfg_for(tmp_path, "made"))
+    runner.stats.close()
+    exp = tmp_path / "runs" / "made"
+    assert (exp / ".rl_pbt_experiment").is_file()
+    (exp / "old_file.txt").write_text("old")
+    runner = Runner(cfg_for(tmp_path, "made", "--restart_behavior=overwrite"))
+    runner.stats.close()
+    assert not (exp / "old_file.txt").exists() and (exp / "config.json").is_file()
+
+
+def _start_run(tmp_path, steps):
+    cmd = [
+        sys.executable,
+        "-m",
+        "launch.train",
+        *SMALL_RUN,
+        "--env=CartPole-v1",
+        "--num_policies=2",
+        "--with_pbt",
+        "--pbt_period_env_steps=5000",
+        "--pbt_start_mutation=5000",
+        f"--train_for_env_steps={steps}",
+        "--save_every_sec=10000",  # only the stop saves
+        "--status_interval=1",
+        f"--train_dir={tmp_path}",
+        "--experiment=term",
+    ]
+    log = open(tmp_path / f"log_{steps}.txt", "w")
+    return subprocess.Popen(
+        cmd, cwd=ROOT, stdout=log, stderr=subprocess.STDOUT, start_new_session=True
+    )
+
+
+def _trained(exp):
+    """Env steps the policies trained, as the newest checkpoints hold them."""
+    out = []
+    for p in range(2):
+        files = sorted(glob.glob(str(exp / f"checkpoint_p{p}" / "checkpoint_*.pth")))
+        out.append(int(os.path.basename(files[-1]).split("_")[-1].split(".")[0]) if files else 0)
+    return out
+
+
+@pytest.mark.parametrize("target", ["group", "main"])
+def test_sigterm_saves_everything_and_the_run_resumes(tmp_path, target):
+    proc = _start_run(tmp_path, 10_000_000)
+    exp = tmp_path / "term"
+    deadline = time.time() + 90
+    while time.time() < deadline:  # until both learners trained a little
+        time.sleep(0.5)
+        log = (tmp_path / "log_10000000.txt").read_text()
+        steps = [int(x.replace(",", "")) for x in re.findall(r"steps ([\d,]+)", log)[-2:]]
+        if len(steps) == 2 and min(steps) > 2000:
+            break
+    if target == "group":
+        os.killpg(proc.pid, signal.SIGTERM)
+    else:
+        proc.send_signal(signal.SIGTERM)
+    proc.wait(timeout=90)
+    assert proc.returncode != 0  # stopped before its budget
+    trained = _trained(exp)
+    assert all(t > 0 for t in trained), trained
+    assert (exp / "pbt" / "state.json").is_file()
+    summary = json.loads((exp / "summary.json").read_text())
+    assert summary["policies"]["0"]["env_steps"] > 0
+    inits = [e for e in read_events(str(exp / "pbt" / "lineage.jsonl")) if e["action"] == "init"]
+    # the same command resumes: counters continue, no new PBT start
+    proc = _start_run(tmp_path, max(trained) + 4000)
+    proc.wait(timeout=120)
+    assert proc.returncode == 0, (tmp_path / f"log_{max(trained) + 4000}.txt").read_text()[-3000:]
+    assert "(resuming)" in (tmp_path / f"log_{max(trained) + 4000}.txt").read_text()
+    assert all(b >= a for a, b in zip(trained, _trained(exp)))
+    events = read_events(str(exp / "pbt" / "lineage.jsonl"))
+    assert [e for e in events if e["action"] == "init"] == inits
+
+
+def _pbt_run(tmp_path, steps):
+    cfg = cfg_for(
+        tmp_path,
+        "pbt",
+        "--num_policies=3",
+        "--with_pbt",
+        "--serial_mode",
+        "--num_workers=1",
+        f"--train_for_env_steps={steps}",
+        "--pbt_init_random",
+    )
+    return Runner(cfg)
+
+
+@pytest.mark.parametrize("damage", ["missing", "truncated", "not_a_state"])
+def test_a_broken_pbt_state_is_rebuilt_not_reset(tmp_path, damage):
+    first = _pbt_run(tmp_path, 1000)
+    hparams = [dict(h) for h in first.pbt.hparams]
+    first.stats.close()
+    exp = tmp_path / "runs" / "pbt"
+    state = exp / "pbt" / "state.json"
+    if damage == "missing":
+        state.unlink()
+    elif damage == "truncated":
+        state.write_text(state.read_text()[:40])
+    else:
+        state.write_text("[1, 2]")
+    n_events = len(read_events(str(exp / "pbt" / "lineage.jsonl")))
+    again = _pbt_run(tmp_path, 2000)
+    assert again.pbt.restored and again.pbt.rebuilt_note
+    assert again.pbt.hparams == hparams  # the drawn values, not the defaults
+    assert len(read_events(str(exp / "pbt" / "lineage.jsonl"))) == n_events  # no new init
+    # no instant PBT step on resume: a period counts from the steps first seen
+    assert again.pbt.update([50_000_000] * 3) == []
+    again.stats.close()
+
+
+def test_a_broken_pbt_state_without_policy_files_stops_with_its_name(tmp_path):
+    _pbt_run(tmp_path, 1000).stats.close()
+    exp = tmp_path / "runs" / "pbt"
+    (exp / "pbt" / "state.json").unlink()
+    (exp / "policy_01_cfg.json").unlink()
+    with pytest.raises(ConfigError, match="state.json"):
+        _pbt_run(tmp_path, 2000)
+
+
+class FixedLength(gym.Env):
+    """Every episode lasts exactly LENGTH steps."""
+
+    LENGTH = 7
+    observation_space = gym.spaces.Box(-1, 1, (2,), np.float32)
+    action_space = gym.spaces.Discrete(2)
+
+    def reset(self, seed=None, options=None):
+        super().reset(seed=seed)
+        self.t = 0
+        return np.zeros(2, np.float32), {}
+
+    def step(self, action):
+        self.t += 1
+        return np.zeros(2, np.float32), 1.0, self.t >= self.LENGTH, False, {}
+
+
+def make_fixed(full_env_name, cfg, env_config, render_mode=None):
+    return FixedLength()
+
+
+register_env("fixed_length", make_fixed)
+
+
+def test_warm_up_episodes_are_not_scored(tmp_path):
+    cfg = parse_cfg(
+        [
+            "--env=fixed_length",
+            "--serial_mode",
+            "--num_workers=1",
+            "--num_envs_per_worker=8",
+            "--rollout=8",
+            "--batch_size=64",
+            "--encoder_mlp_layers",
+            "8",
+            f"--train_dir={tmp_path}",
+            "--experiment=w",
+            "--seed=2",
+        ]
+    )
+    runner = Runner(cfg)
+    learners = {0: runner._learner_factory(0)}
+    host = LearnerHost(
+        learners, _MergedQueue(runner.learner_queues), runner.learner_queues, runner.report_queue
+    )
+    host.start(resume=False)
+    worker = runner._worker_factory(0, lambda: False, blocking=False)
+    assert worker.unscored.sum() >= 4  # warm-ups of 1..15 steps: most envs start mid-episode
+    worker._maybe_report = lambda force=False: None  # keep every episode in the worker
+    for _ in range(50):
+        worker.step()
+        host.poll(timeout=0.0)
+    lengths = [ep.length for ep in worker.episodes]
+    assert len(lengths) >= 40
+    assert set(lengths) == {FixedLength.LENGTH}  # no partial first episode among them
+    runner.stats.close()
