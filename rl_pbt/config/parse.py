@@ -9,12 +9,19 @@ from __future__ import annotations
 import argparse
 import difflib
 import json
+import math
 import os
+import sys
 from pathlib import Path
 from typing import Any, Iterable, Optional
 
-from rl_pbt.config.flags import FLAGS, TUNED_HPARAMS, Flag
-from rl_pbt.pbt.search_space import SHAPING_PREFIX, is_shaping_key, load_search_space_file
+from rl_pbt.config.flags import FLAGS, FLAGS_BY_NAME, TUNED_HPARAMS, Flag
+from rl_pbt.pbt.search_space import (
+    SHAPING_PREFIX,
+    ParamSpec,
+    is_shaping_key,
+    load_search_space_file,
+)
 
 CONFIGS_DIR = Path(__file__).resolve().parents[2] / "configs"
 
@@ -194,6 +201,42 @@ def check_search_space_file(path: str) -> None:
                 f"--pbt_search_space={path!r}: entry {name!r} cannot be tuned while a learner "
                 f"runs; PBT can tune {TUNABLE_TEXT}"
             )
+        flag = FLAGS_BY_NAME.get(name)
+        if spec.tuned and flag is not None:
+            problem = search_space_problem(spec, flag)
+            if problem:
+                raise ConfigError(f"--pbt_search_space={path!r}: entry {name!r} {problem}")
+
+
+def _reach(spec: ParamSpec) -> list[tuple[Any, str]]:
+    """The extreme values a search-space entry lets PBT give its parameter (every choice of a
+    categorical), each with how to name it. An open side is reached by multiplicative moves,
+    which keep a value's sign: from a valid learning value (>= 0), down to just above 0 and
+    up without limit. Bounds are taken as explore applies them (a discount-like value stays
+    inside (0, 1), an int's bounds round inwards)."""
+    if spec.kind == "categorical":
+        return [(v, f"allows {v!r}") for v in spec.values]
+    low, high = spec.effective_bounds()
+    open_low = spec.low is None and not spec.discount_like
+    open_high = spec.high is None and not spec.discount_like
+    return [
+        (math.ulp(0.0), "has no lower bound") if open_low else (low, f"allows {low!r}"),
+        (sys.float_info.max, "has no upper bound") if open_high else (high, f"allows {high!r}"),
+    ]
+
+
+def search_space_problem(spec: ParamSpec, flag: Flag) -> Optional[str]:
+    """Why the entry `spec` lets PBT give flag's learning value one that the flag itself
+    rejects ('allows -0.1, but --learning_rate must be > 0'), or None."""
+    for value, how in _reach(spec):
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            return f"{how}, but --{flag.name} is a number"
+        if not math.isfinite(value):
+            return f"{how}, but --{flag.name} must be finite"
+        problem = flag.check(value) if flag.check is not None else None
+        if problem:
+            return f"{how}, but --{flag.name} {problem}"
+    return None
 
 
 def validate(cfg: Cfg, flags: Iterable[Flag] = FLAGS, evaluation: bool = False) -> None:
@@ -203,6 +246,8 @@ def validate(cfg: Cfg, flags: Iterable[Flag] = FLAGS, evaluation: bool = False) 
         value = getattr(cfg, flag.name)
         if value is None:
             continue
+        if flag.type is float and not math.isfinite(value):
+            raise ConfigError(f"--{flag.name}={value!r}: must be finite")
         if flag.choices is not None and value not in flag.choices:
             raise ConfigError(f"--{flag.name}={value!r}: allowed values are {list(flag.choices)}")
         if flag.check is not None:

@@ -10,12 +10,22 @@ device until one read-back at the end, which also brings the new weights to publ
 a batch is gathered into pinned host memory and copied asynchronously, and the next batch is
 gathered and copied on a side stream while the current one trains; on the CPU the same code
 runs the direct path (gather, train, publish).
+
+An iteration that goes non-finite (a NaN or infinite loss, gradient norm, reward among the
+trained samples, or weight after the update) is undone: the state kept at its start (weights,
+normalisers, Adam's moments and step; device copies into buffers allocated once) is put back,
+its version is never published, and `bad_updates` counts it. The check rides on the same one
+read-back. After MAX_BAD_UPDATES such iterations in a row the learner raises NonFiniteTraining,
+and `save` never writes a non-finite state.
 """
 
 from __future__ import annotations
 
 import glob
+import logging
+import math
 import os
+import re
 import time
 from dataclasses import dataclass
 from typing import Optional
@@ -32,7 +42,7 @@ from rl_pbt.learning.losses import (
     normalize_advantages,
     ppo_policy_loss,
 )
-from rl_pbt.logging.files import atomic_write, checkpoint_dir
+from rl_pbt.logging.files import atomic_write, checkpoint_dir, deletable_folder
 from rl_pbt.memory.buffers import LEARNER, QUEUED, TrajectoryBuffers
 from rl_pbt.memory.param_store import (
     ParamStore,
@@ -44,9 +54,41 @@ from rl_pbt.memory.param_store import (
 from rl_pbt.memory.slots import SlotPool
 from rl_pbt.models.actor_critic import ActorCritic, SequencePlan, sequence_plan
 
-# what one iteration reads back from the device, in this order (minibatch means first)
+log = logging.getLogger(__name__)
+
+# what one iteration reads back from the device, in this order (minibatch means first); the
+# last two are 1.0 when every trained reward, and every weight, buffer and Adam moment after
+# the update, is finite
 _MINIBATCH_STATS = ("policy_loss", "value_loss", "entropy", "grad_norm", "clip_fraction", "kl")
-_BATCH_STATS = ("own", "trainable", "lag_sum", "target_sum")
+_BATCH_STATS = ("own", "trainable", "lag_sum", "target_sum", "rewards_finite", "state_finite")
+_LOSS_STATS = ("policy_loss", "value_loss", "entropy", "clip_fraction", "kl")
+
+# non-finite iterations in a row (each one undone) after which a learner gives up
+MAX_BAD_UPDATES = 3
+
+
+class NonFiniteTraining(RuntimeError):
+    """Training went non-finite MAX_BAD_UPDATES iterations in a row; the message names the
+    policy, what was non-finite and what to check."""
+
+
+def all_finite(tensors: list[torch.Tensor]) -> torch.Tensor:
+    """One boolean on the tensors' device: every element of every tensor is finite. Nothing
+    is read back to the host."""
+    return torch.stack([torch.isfinite(t).all() for t in tensors]).all()
+
+
+def sums_finite(tensors: list[torch.Tensor]) -> torch.Tensor:
+    """`all_finite`, the fast way for every iteration: each tensor's sum is finite, so none
+    holds NaN or inf (a sum beyond the dtype's range counts too: a state that large has
+    diverged all the same). One reduction per tensor, nothing as large as the tensors made;
+    one boolean on the device, nothing read back."""
+    by_dtype: dict[torch.dtype, list[torch.Tensor]] = {}
+    for t in tensors:
+        s = t.sum()
+        by_dtype.setdefault(s.dtype, []).append(s)
+    flags = [torch.isfinite(torch.stack(sums)).all() for sums in by_dtype.values()]
+    return flags[0] if len(flags) == 1 else torch.stack(flags).all()
 
 
 def default_hparams(cfg) -> dict[str, float]:
@@ -142,11 +184,19 @@ class Learner:
         self.traj_per_minibatch = cfg.batch_size // cfg.rollout
         self.rec = recurrence(cfg)
         self.last_save = time.monotonic()
+        self._warned_link = False  # said once: a linked checkpoint folder is not rotated
         self.stats: dict[str, float] = {}
         self.copied_at: Optional[float] = None  # wall time of the last PBT weight copy
         self.fresh_at: Optional[float] = None  # first trajectory from the copied weights came
         # (copied, first fresh trajectory, first trained) wall times, for the runner's log
         self.copy_timing: Optional[tuple[float, float, float]] = None
+        # the state at the start of the current iteration, to undo it if it goes non-finite
+        self.kept: list[torch.Tensor] = []  # copies of `_live_state()`, allocated once
+        self.kept_adam: tuple[bool, ...] = ()  # which parameters had Adam state then
+        self.kept_version = 0
+        self.bad_updates = 0  # non-finite iterations undone, in all
+        self.bad_in_a_row = 0
+        self.bad_what: list[str] = []  # what was non-finite, over the current streak
 
     # --- data in --------------------------------------------------------------------------
     def add(self, slots: list[int]) -> None:
@@ -250,6 +300,7 @@ class Learner:
         """Queue one iteration's epochs on the device; returns its statistics, still there
         (`_MINIBATCH_STATS` averaged over minibatches, then `_BATCH_STATS`)."""
         cfg, hp, model = self.cfg, self.hp, self.model
+        self._keep_state()
         batch = self._arrived(staged)
         t = cfg.rollout
         obs = {k[4:]: v[:, :t] for k, v in batch.items() if k.startswith("obs.")}
@@ -331,6 +382,8 @@ class Learner:
                 mask.sum().float(),
                 torch.where(own, lag, 0).sum().float(),
                 torch.where(mask, returns, zero).sum().float(),
+                torch.isfinite(torch.where(mask, rewards, zero)).all().float(),
+                sums_finite(self._live_state(steps=False)).float(),
             ]
         )
         return torch.cat([sums / len(plans), per_batch])
@@ -378,7 +431,13 @@ class Learner:
         values = dict(zip(_MINIBATCH_STATS + _BATCH_STATS, host[:k].numpy().tolist()))
         own, trainable = values.pop("own"), values.pop("trainable")
         lag_sum, target_sum = values.pop("lag_sum"), values.pop("target_sum")
-        self.env_steps += int(own) * self.cfg.env_frameskip
+        rewards_finite, state_finite = values.pop("rewards_finite"), values.pop("state_finite")
+        self.env_steps += int(own) * self.cfg.env_frameskip  # sampled, even if undone below
+        bad = [name for name, ok in self._checks(values, rewards_finite, state_finite) if not ok]
+        if bad:
+            self._undo(bad)  # nothing published: workers keep acting with finite weights
+            return
+        self.bad_in_a_row, self.bad_what = 0, []
         if self.copied_at is not None and trainable > 0:
             # the first update on experience produced by the copied weights
             now = time.time()
@@ -389,8 +448,95 @@ class Learner:
         self.stats["masked_fraction"] = 1.0 - trainable / max(own, 1.0)
         self.stats["learning_rate"] = self.hp["learning_rate"]
         self.stats["value_target_mean"] = target_sum / trainable if trainable else 0.0
+        self.stats["bad_updates"] = float(self.bad_updates)
         if publish:
             self.params.publish_flat(self.policy_id, host[k:], self.version)
+
+    # --- non-finite iterations --------------------------------------------------------------
+    def _live_state(self, steps: bool = True) -> list[torch.Tensor]:
+        """What an iteration changes: the model's weights and buffers (normalisers), then
+        Adam's moments (and step, unless `steps` is False: a count, finite, and on the host
+        for the unfused kernel) of each parameter that has them."""
+        tensors = [*self.model.parameters(), *self.model.buffers()]
+        for p in self.model.parameters():
+            st = self.optimizer.state.get(p)
+            if st:
+                tensors += [st["exp_avg"], st["exp_avg_sq"]] + ([st["step"]] if steps else [])
+        return tensors
+
+    def _keep_state(self) -> None:
+        """Copy the state at the start of an iteration into the kept buffers, on the device
+        (queued like the update itself: no wait). The buffers are allocated again only when
+        the state's layout changed (Adam's state appearing after the first step, a load)."""
+        live = self._live_state()
+        kept = self.kept
+        if len(kept) != len(live) or any(
+            a.shape != b.shape or a.dtype != b.dtype or a.device != b.device
+            for a, b in zip(kept, live)
+        ):
+            kept = self.kept = [torch.empty_like(t, requires_grad=False) for t in live]
+        with torch.no_grad():
+            for copy, t in zip(kept, live):
+                copy.copy_(t)
+        self.kept_adam = tuple(bool(self.optimizer.state.get(p)) for p in self.model.parameters())
+        self.kept_version = self.version
+
+    def _restore_state(self) -> None:
+        """Put back the state kept at the start of the iteration, bit for bit; Adam's state
+        made during the iteration goes, as it was not there."""
+        for p, had in zip(self.model.parameters(), self.kept_adam):
+            if not had and self.optimizer.state.get(p):
+                del self.optimizer.state[p]
+        live = self._live_state()
+        assert len(live) == len(self.kept), "the learner's state changed shape mid-iteration"
+        with torch.no_grad():
+            for t, copy in zip(live, self.kept):
+                t.copy_(copy)
+        self.version = self.kept_version
+
+    @staticmethod
+    def _checks(
+        values: dict[str, float], rewards_finite: float, state_finite: float
+    ) -> list[tuple[str, bool]]:
+        """(what, whether it was finite) for one iteration, from its read-back statistics."""
+        return [
+            ("loss", all(math.isfinite(values[k]) for k in _LOSS_STATS)),
+            ("gradient norm", math.isfinite(values["grad_norm"])),
+            ("rewards from the env", rewards_finite == 1.0),
+            ("weights or Adam moments after the update", state_finite == 1.0),
+        ]
+
+    def _undo(self, bad: list[str]) -> None:
+        """A non-finite iteration: restore the state from its start (its version too), count
+        it, and give up after MAX_BAD_UPDATES in a row."""
+        self._restore_state()
+        self.bad_updates += 1
+        self.bad_in_a_row += 1
+        self.bad_what += [what for what in bad if what not in self.bad_what]
+        self.stats = {**self.stats, "bad_updates": float(self.bad_updates)}
+        if self.bad_in_a_row >= MAX_BAD_UPDATES:
+            raise NonFiniteTraining(self._non_finite_message())
+        log.warning(
+            "policy %d: non-finite %s; the update was undone (weights stay at version %d, "
+            "%d of %d allowed in a row)",
+            self.policy_id,
+            ", ".join(bad),
+            self.version,
+            self.bad_in_a_row,
+            MAX_BAD_UPDATES,
+        )
+
+    def _non_finite_message(self) -> str:
+        values = ", ".join(f"--{k}={self.hp[k]:g}" for k in TUNED_HPARAMS)
+        return (
+            f"policy {self.policy_id}: training went non-finite {self.bad_in_a_row} iterations "
+            f"in a row (non-finite: {', '.join(self.bad_what)}). Each update was undone: the "
+            f"weights stay finite at version {self.version}, and no checkpoint holds NaN or "
+            "inf. Check that the env's rewards and observations are finite, and the learning "
+            f"values this policy trains with: {values} (the command line's, or as PBT or "
+            "--policy_values set them); a learning rate too large (or not finite) is the "
+            "usual cause."
+        )
 
     def publish(self) -> None:
         self.params.publish(self.policy_id, self.model, self.version)
@@ -478,8 +624,20 @@ class Learner:
     def checkpoint_folder(self) -> str:
         return checkpoint_dir(self.exp_dir, self.policy_id)
 
-    def save(self) -> str:
+    def save(self) -> Optional[str]:
+        """Write a checkpoint and drop the oldest beyond --keep_checkpoints; returns its path.
+        A state holding NaN or inf is never written: the existing checkpoints stay as they
+        are and None comes back (the check reads one value back from the device)."""
         folder = self.checkpoint_folder()
+        if not bool(all_finite(self._live_state(steps=False))):
+            self.last_save = time.monotonic()  # not again at every poll
+            log.warning(
+                "policy %d: not saving a checkpoint: its weights or optimizer state hold NaN "
+                "or inf; the checkpoints in %s are kept",
+                self.policy_id,
+                folder,
+            )
+            return None
         os.makedirs(folder, exist_ok=True)
         # plain tensors, numbers, strings, lists and dicts only: loadable with weights_only
         state = {
@@ -490,12 +648,22 @@ class Learner:
             "hparams": {k: float(v) for k, v in self.hp.items()},
             "policy_id": int(self.policy_id),
         }
-        path = os.path.join(folder, f"checkpoint_{self.version:012d}_{self.env_steps}.pth")
+        # both numbers padded, so that names sort as the checkpoints were written (an undone
+        # iteration's samples count as env steps while the version stays)
+        name = f"checkpoint_{self.version:012d}_{self.env_steps:015d}.pth"
+        path = os.path.join(folder, name)
         atomic_write(path, lambda f: torch.save(state, f), mode="wb")
-        for old in sorted(glob.glob(os.path.join(folder, "checkpoint_*.pth")))[
-            : -self.cfg.keep_checkpoints
-        ]:
-            os.unlink(old)
+        if deletable_folder(folder, self.exp_dir):  # never delete through a link
+            for old in checkpoint_files(folder)[: -self.cfg.keep_checkpoints]:
+                os.unlink(old)  # unlink removes a linked file's link, not its target
+        elif not self._warned_link:
+            self._warned_link = True
+            log.warning(
+                "policy %d: %s is a link or lies outside the experiment: old checkpoints "
+                "are kept, not deleted",
+                self.policy_id,
+                folder,
+            )
         self.last_save = time.monotonic()
         return path
 
@@ -531,6 +699,20 @@ class Learner:
             st["step"] = self._step_tensor(float(st["step"]), p)
 
 
+_CHECKPOINT_NAME = re.compile(r"checkpoint_(\d+)_(\d+)\.pth")
+
+
+def _checkpoint_order(path: str) -> tuple[int, int, str]:
+    """(version, env steps) read from a checkpoint's name, padded or not."""
+    m = _CHECKPOINT_NAME.fullmatch(os.path.basename(path))
+    return (int(m.group(1)), int(m.group(2)), path) if m else (-1, -1, path)
+
+
+def checkpoint_files(folder: str) -> list[str]:
+    """The checkpoints in `folder`, oldest first (by version, then env steps)."""
+    return sorted(glob.glob(os.path.join(folder, "checkpoint_*.pth")), key=_checkpoint_order)
+
+
 def latest_checkpoint(folder: str) -> Optional[str]:
-    files = sorted(glob.glob(os.path.join(folder, "checkpoint_*.pth")))
+    files = checkpoint_files(folder)
     return files[-1] if files else None

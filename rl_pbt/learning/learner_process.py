@@ -11,7 +11,7 @@ import time
 import traceback
 from typing import Optional
 
-from rl_pbt.learning.learner import Learner
+from rl_pbt.learning.learner import Learner, NonFiniteTraining
 from rl_pbt.runtime import heartbeat as hb
 from rl_pbt.runtime.messages import (
     ApplyPBT,
@@ -186,6 +186,12 @@ def learner_process_main(spec, policy_ids: list[int]) -> None:
     except KeyboardInterrupt:
         if host is not None:
             host.handle(Stop(save=True))
+    except NonFiniteTraining:  # every learner here holds its last finite state: keep it
+        if host is not None:
+            host.handle(Stop(save=True))
+        report_queue.put(LearnerEvent(policy_ids[0], "error", traceback.format_exc()))
+        time.sleep(0.5)
+        raise
     except Exception:
         report_queue.put(LearnerEvent(policy_ids[0], "error", traceback.format_exc()))
         time.sleep(0.5)

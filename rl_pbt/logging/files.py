@@ -77,19 +77,8 @@ def is_inside(path: str, root: str) -> bool:
     return path != root and os.path.commonpath([path, root]) == root
 
 
-def remove_old_files(folder: str, pattern: str, keep: int, root: str) -> list[str]:
-    """Delete all but the newest `keep` files matching `pattern` (names sort by age) in
-    `folder`, without following links: nothing is deleted when `folder` is a link or lies
-    outside `root`, and a file that is itself a link loses only the link. Returns what went."""
-    import glob
 
-    if os.path.islink(folder) or not is_inside(folder, root):
-        return []
-    old = sorted(glob.glob(os.path.join(folder, pattern)))[: -keep if keep > 0 else None]
-    removed = []
-    for path in old:
-        if os.path.realpath(os.path.dirname(path)) != os.path.realpath(folder):
-            continue
-        os.unlink(path)  # unlink never follows a link
-        removed.append(path)
-    return removed
+def deletable_folder(folder: str, root: str) -> bool:
+    """Old files in `folder` may be deleted: it is a real folder (not a link to somewhere
+    else) inside the experiment folder `root`."""
+    return not os.path.islink(folder) and is_inside(folder, root)

@@ -45,6 +45,9 @@ class ParamSpec:
             if not self.values:
                 raise ValueError(f"{where}: a categorical needs a non-empty 'values' list")
             return
+        for side, bound in (("low", self.low), ("high", self.high)):
+            if bound is not None and math.isnan(bound):
+                raise ValueError(f"{where}: {side} is NaN")
         if self.low is not None and self.high is not None and self.low > self.high:
             raise ValueError(f"{where}: low={self.low} is above high={self.high}")
         if self.kind == "log_float" and self.bounded:

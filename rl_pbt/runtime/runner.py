@@ -435,6 +435,9 @@ class Runner:
         except KeyboardInterrupt:
             log("interrupted: saving checkpoints")
             status = 1
+        except Exception:  # stop as a parallel run does: say why, save what is sound
+            log(f"ERROR:\n{traceback.format_exc()}")
+            status = 1
         host.handle(Stop(save=True))
         for worker in workers:
             worker.close()

@@ -4,23 +4,9 @@ import json
 import os
 
 from rl_pbt import parse_cfg, train
+from tests.small_run import CARTPOLE_LEARN
 
-FLAGS = [
-    "--env=CartPole-v1",
-    "--num_envs_per_worker=8",
-    "--rollout=32",
-    "--batch_size=512",
-    "--encoder_mlp_layers",
-    "64",
-    "64",
-    "--learning_rate=3e-4",
-    "--stats_avg=20",
-    "--train_for_env_steps=300000",
-    "--save_every_sec=30",
-    "--seed=1",
-    "--status_interval=10",
-    "--exploration_loss_coeff=0.0",
-]
+FLAGS = ["--env=CartPole-v1", *CARTPOLE_LEARN]
 
 
 def last20(exp_dir):

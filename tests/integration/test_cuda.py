@@ -10,29 +10,14 @@ import torch
 
 from rl_pbt import parse_cfg, train
 from rl_pbt.runtime.devices import probe_gpu_count
-from tests.small_run import SMALL_RUN
+from tests.small_run import CARTPOLE_LEARN, SMALL_RUN
 
 pytestmark = [
     pytest.mark.cuda,
     pytest.mark.skipif(probe_gpu_count() == 0, reason="needs a CUDA device"),
 ]
 
-CARTPOLE = [
-    "--env=CartPole-v1",
-    "--num_envs_per_worker=8",
-    "--rollout=32",
-    "--batch_size=512",
-    "--encoder_mlp_layers",
-    "64",
-    "64",
-    "--learning_rate=3e-4",
-    "--stats_avg=20",
-    "--train_for_env_steps=300000",
-    "--seed=1",
-    "--exploration_loss_coeff=0.0",
-    "--num_workers=2",
-    "--num_policies=2",
-]
+CARTPOLE = ["--env=CartPole-v1", "--num_workers=2", "--num_policies=2", *CARTPOLE_LEARN]
 
 
 def summary(exp_dir):

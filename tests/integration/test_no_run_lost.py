@@ -248,3 +248,26 @@ def test_warm_up_episodes_are_not_scored(tmp_path):
     assert len(lengths) >= 40
     assert set(lengths) == {FixedLength.LENGTH}  # no partial first episode among them
     runner.stats.close()
+
+
+def test_old_checkpoints_are_not_deleted_through_a_link(tmp_path):
+    runner = Runner(
+        cfg_for(tmp_path, "linkck", "--keep_checkpoints=1", "--serial_mode", "--num_policies=2")
+    )
+    outside = tmp_path / "other_disk"
+    outside.mkdir()
+    precious = outside / "checkpoint_000000000000_000000000000999.pth"
+    precious.write_text("someone else's file")
+    os.symlink(outside, tmp_path / "runs" / "linkck" / "checkpoint_p0")
+    learner = runner._learner_factory(0)
+    for _ in range(3):
+        assert learner.save() is not None
+        learner.version += 1
+    assert precious.read_text() == "someone else's file"
+    # in a real folder, rotation goes on as usual
+    learner = runner._learner_factory(1)
+    for _ in range(3):
+        learner.save()
+        learner.version += 1
+    assert len(glob.glob(str(tmp_path / "runs" / "linkck" / "checkpoint_p1" / "*.pth"))) == 1
+    runner.stats.close()

@@ -18,7 +18,7 @@ from rl_pbt import parse_cfg, register_env, train
 from rl_pbt.config.parse import ConfigError
 from rl_pbt.runtime import devices
 from rl_pbt.runtime.runner import Runner
-from tests.small_run import SMALL_RUN
+from tests.small_run import CARTPOLE_LEARN, SMALL_RUN
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
@@ -30,24 +30,7 @@ def make_local_cartpole(full_env_name, cfg, env_config, render_mode=None):
 
 register_env("local_cartpole", make_local_cartpole)
 
-LEARN = [
-    "--env=local_cartpole",
-    "--num_workers=2",
-    "--num_policies=2",
-    "--num_envs_per_worker=8",
-    "--rollout=32",
-    "--batch_size=512",
-    "--encoder_mlp_layers",
-    "64",
-    "64",
-    "--learning_rate=3e-4",
-    "--stats_avg=20",
-    "--train_for_env_steps=300000",
-    "--save_every_sec=30",
-    "--seed=1",
-    "--status_interval=10",
-    "--exploration_loss_coeff=0.0",
-]
+LEARN = ["--env=local_cartpole", "--num_workers=2", "--num_policies=2", *CARTPOLE_LEARN]
 
 
 def summary(exp_dir):
@@ -187,6 +170,7 @@ def test_device_gpu_without_cuda_is_one_line_and_touches_nothing(tmp_path):
     exp = tmp_path / "old_run"
     exp.mkdir()
     (exp / "config.json").write_text('{"keep": true}')
+    (exp / ".rl_pbt_experiment").write_text("")  # a run of this trainer: overwrite would go on
     (exp / "precious.txt").write_text("results")
     env = dict(os.environ, CUDA_VISIBLE_DEVICES="")
     out = subprocess.run(
