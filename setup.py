@@ -4,7 +4,8 @@ setup(
     name="rl_pbt",
     version="0.1.0",
     description="Single-machine multi-GPU APPO trainer with PBT and self-play populations",
-    packages=find_packages(include=["rl_pbt*", "envs*", "launch*"]),
+    packages=find_packages(include=["rl_pbt*", "envs*", "launch*", "configs"]),
+    package_data={"configs": ["*.json"]},
     python_requires=">=3.9",
     install_requires=[
         "torch>=2.1",

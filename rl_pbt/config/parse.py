@@ -23,7 +23,21 @@ from rl_pbt.pbt.search_space import (
     load_search_space_file,
 )
 
-CONFIGS_DIR = Path(__file__).resolve().parents[2] / "configs"
+
+def _configs_dir() -> Path:
+    """The presets: the repository's configs/, or the installed `configs` package."""
+    here = Path(__file__).resolve().parents[2] / "configs"
+    if here.is_dir():
+        return here
+    try:
+        import configs
+
+        return Path(configs.__file__).resolve().parent
+    except ImportError:
+        return here
+
+
+CONFIGS_DIR = _configs_dir()
 
 
 class ConfigError(ValueError):
