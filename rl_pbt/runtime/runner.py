@@ -700,6 +700,7 @@ class Runner:
 
     def _save_side_state(self) -> None:
         summary = self.stats.summary(self.env_steps)
+        summary["seed"] = self.run_seed  # drawn when --seed was not given: --seed repeats it
         summary["pbt_copy_latency_s"] = [
             {"weights_copied": c, "first_experience": f, "first_update": t}
             for c, f, t in self.copy_latencies
