@@ -16,7 +16,8 @@ setup(
     ],
     extras_require={
         "doom": ["vizdoom>=1.2.3"],
-        "test": ["pytest>=7", "ruff>=0.5"],
+        # psutil: the benchmark scripts' tests measure process memory
+        "test": ["pytest>=7", "ruff>=0.5", "psutil>=5.9"],
         "bench": ["psutil>=5.9"],
         "pettingzoo": ["pettingzoo>=1.24"],
         # counts GPUs through NVML, so the main process never initialises CUDA to count them
