@@ -12,7 +12,7 @@ from __future__ import annotations
 import pickle
 import random
 import signal
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from functools import partial
 from typing import Any, Callable, Optional
 
@@ -58,7 +58,6 @@ class RunSpec:
     use_snapshots: bool
     # device inference (None: rollout workers act locally)
     inference: Any = None
-    extra: dict = field(default_factory=dict)
 
     def make_model(self):
         return make_actor_critic(self.obs_space, self.action_space, self.cfg)

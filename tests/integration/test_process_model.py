@@ -16,6 +16,7 @@ import torch
 
 from rl_pbt import parse_cfg, register_env, train
 from rl_pbt.config.parse import ConfigError
+from rl_pbt.learning.learner_process import learner_process_main
 from rl_pbt.runtime import devices
 from rl_pbt.runtime.runner import Runner
 from tests.small_run import CARTPOLE_LEARN, SMALL_RUN
@@ -31,6 +32,14 @@ def make_local_cartpole(full_env_name, cfg, env_config, render_mode=None):
 register_env("local_cartpole", make_local_cartpole)
 
 LEARN = ["--env=local_cartpole", "--num_workers=2", "--num_policies=2", *CARTPOLE_LEARN]
+
+
+def small_cfg(tmp_path, experiment, *extra, env="local_cartpole"):
+    """The small parallel layout on `env`, in tmp_path/experiment."""
+    return parse_cfg(
+        SMALL_RUN
+        + [f"--env={env}", f"--train_dir={tmp_path}", f"--experiment={experiment}", *extra]
+    )
 
 
 def summary(exp_dir):
@@ -105,15 +114,7 @@ def test_main_process_never_touches_cuda_with_gpus_visible(tmp_path, monkeypatch
     for name in ("_lazy_init", "is_available", "device_count", "init", "current_device"):
         monkeypatch.setattr(torch.cuda, name, recorder.wrap(name))
     monkeypatch.setattr(devices, "probe_gpu_count", lambda: 2)
-    cfg = parse_cfg(
-        SMALL_RUN
-        + [
-            "--env=local_cartpole",
-            "--num_policies=3",
-            f"--train_dir={tmp_path}",
-            "--experiment=cuda",
-        ]
-    )
+    cfg = small_cfg(tmp_path, "cuda", "--num_policies=3")
     runner = Runner(cfg)
     assert runner.device_of == {0: "cuda:0", 1: "cuda:1", 2: "cuda:0"}
     assert runner.start_method == "forkserver"
@@ -133,16 +134,7 @@ def test_main_process_never_touches_cuda_with_gpus_visible(tmp_path, monkeypatch
 
 def test_learners_per_device_share_one_process(tmp_path, monkeypatch):
     monkeypatch.setattr(devices, "probe_gpu_count", lambda: 2)
-    cfg = parse_cfg(
-        SMALL_RUN
-        + [
-            "--env=local_cartpole",
-            "--num_policies=4",
-            "--learner_processes=per_device",
-            f"--train_dir={tmp_path}",
-            "--experiment=grouped",
-        ]
-    )
+    cfg = small_cfg(tmp_path, "grouped", "--num_policies=4", "--learner_processes=per_device")
     runner = Runner(cfg)
     assert runner.groups == [[0, 2], [1, 3]]
     assert runner.learner_queues[0] is runner.learner_queues[2]
@@ -152,15 +144,7 @@ def test_learners_per_device_share_one_process(tmp_path, monkeypatch):
 
 def test_fork_with_cuda_is_refused(tmp_path, monkeypatch):
     monkeypatch.setattr(devices, "probe_gpu_count", lambda: 1)
-    cfg = parse_cfg(
-        SMALL_RUN
-        + [
-            "--env=local_cartpole",
-            "--mp_start_method=fork",
-            f"--train_dir={tmp_path}",
-            "--experiment=f",
-        ]
-    )
+    cfg = small_cfg(tmp_path, "f", "--mp_start_method=fork")
     with pytest.raises(ConfigError, match="--mp_start_method=fork"):
         Runner(cfg)
     assert not os.path.exists(os.path.join(tmp_path, "f"))
@@ -200,15 +184,7 @@ def test_device_gpu_without_cuda_is_one_line_and_touches_nothing(tmp_path):
 
 def test_lambda_factory_under_spawn_is_a_config_error(tmp_path):
     register_env("lambda_env", lambda *a, **k: gym.make("CartPole-v1"))
-    cfg = parse_cfg(
-        SMALL_RUN
-        + [
-            "--env=lambda_env",
-            "--mp_start_method=spawn",
-            f"--train_dir={tmp_path}",
-            "--experiment=l",
-        ]
-    )
+    cfg = small_cfg(tmp_path, "l", "--mp_start_method=spawn", env="lambda_env")
     with pytest.raises(ConfigError, match="module level"):
         Runner(cfg)
 
@@ -260,23 +236,12 @@ def test_env_registered_in_a_user_main_script(tmp_path, method, inference):
 
 def _first_weights(tmp_path, name, seed_flags):
     """Each policy's version-0 weights as published by its learner process."""
-    cfg = parse_cfg(
-        SMALL_RUN
-        + [
-            "--env=local_cartpole",
-            "--num_policies=2",
-            f"--train_dir={tmp_path}",
-            f"--experiment={name}",
-            *seed_flags,
-        ]
-    )
+    cfg = small_cfg(tmp_path, name, "--num_policies=2", *seed_flags)
     runner = Runner(cfg)
     spec = runner.spec()
     try:
         # learners only: version 0 stays in the store while no worker feeds them
         for group in runner.groups:
-            from rl_pbt.learning.learner_process import learner_process_main
-
             runner._start(
                 runner._mp_context(),
                 learner_process_main,
@@ -316,10 +281,7 @@ def test_derived_seeds_differ_per_component_and_repeat():
 
 
 def test_run_spec_pickles_for_spawn(tmp_path):
-    cfg = parse_cfg(
-        SMALL_RUN + ["--env=local_cartpole", f"--train_dir={tmp_path}", "--experiment=p"]
-    )
-    runner = Runner(cfg)
+    runner = Runner(small_cfg(tmp_path, "p"))
     # everything but the queues and shared tensors (those travel only while spawning, tested
     # above) pickles as plain data
     spec = runner.spec()
