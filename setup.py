@@ -22,6 +22,11 @@ setup(
         "pettingzoo": ["pettingzoo>=1.24"],
         # counts GPUs through NVML, so the main process never initialises CUDA to count them
         "gpu": ["nvidia-ml-py>=12"],
+        # launch.report draws the population's story as PNGs and an offline HTML page
+        "report": ["matplotlib>=3.6"],
+        # enjoy/match --save_video write .mp4 through ffmpeg (or .gif without it)
+        "video": ["imageio>=2.28", "imageio-ffmpeg>=0.4.8"],
+        "wandb": ["wandb>=0.16"],
     },
     entry_points={
         "console_scripts": [

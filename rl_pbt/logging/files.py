@@ -60,6 +60,12 @@ def pbt_dir(exp_dir: str) -> str:
     return os.path.join(exp_dir, "pbt")
 
 
+def scalars_path(exp_dir: str) -> str:
+    """JSON lines of every scalar the run logs (the TensorBoard tags), one object per policy and
+    summary period: {"policy": p, "env_steps": n, "time": t, "scalars": {tag: value}}."""
+    return os.path.join(exp_dir, "stats", "scalars.jsonl")
+
+
 def experiment_name_problem(name: Optional[str]) -> Optional[str]:
     """Why `name` is not a plain folder name (None when it is)."""
     if not name or not name.strip():
