@@ -53,8 +53,9 @@ def transfer_size(model: nn.Module) -> int:
     return flat_state_size(model) + 2 * n_params + 1
 
 
-def pack_state(model: nn.Module) -> torch.Tensor:
-    """The model's state dict as one float32 vector on the model's device (one copy)."""
+def pack_state(model: nn.Module, out: Optional[torch.Tensor] = None) -> torch.Tensor:
+    """The model's state dict as one float32 vector on the model's device (one copy), or
+    written into `out` (a float32 vector of `flat_state_size(model)` words on that device)."""
     narrow, wide = _by_width(model)
     pieces = [t.reshape(-1).view(WORD) for t in narrow]
     if sum(t.numel() for t in narrow) % 2:
@@ -62,7 +63,10 @@ def pack_state(model: nn.Module) -> torch.Tensor:
         device = narrow[0].device
         pieces.append(torch.zeros(1, dtype=WORD, device=device))
     pieces += [t.reshape(-1).view(WORD) for t in wide]
-    return torch.cat(pieces)
+    if out is None:
+        return torch.cat(pieces)
+    with torch.no_grad():
+        return torch.cat(pieces, out=out)
 
 
 def unpack_state(model: nn.Module, flat: torch.Tensor) -> None:
@@ -126,6 +130,11 @@ class ParamStore:
         """A copy of `row`'s exported whole state, never a mix of two exports (a source
         may export again for another target while this one is still reading)."""
         return _consistent_copy(self.transfer, self.transfer_seq, row, timeout, "exported state")[0]
+
+    def set_version(self, row: int, version: int) -> None:
+        """Announce a new version without its weights (with --inference=device the server
+        reads them on the device; workers still follow the version here)."""
+        self.version[row] = version
 
     def current_version(self, row: int) -> int:
         return int(self.version[row])

@@ -166,6 +166,9 @@ class LocalQueue:
             raise std_queue.Empty
         return self._items.popleft()
 
+    def get_nowait(self) -> Any:
+        return self.get(block=False)
+
     def get_many(
         self, block: bool = True, timeout: float = 0.0, max_messages_to_get: int = 10**9
     ) -> list[Any]:

@@ -202,7 +202,7 @@ def build_learner(spec: RunSpec, policy_id: int):
 
     seed = derive_seed(spec.run_seed, "learner", policy_id)
     torch.manual_seed(seed)
-    return Learner(
+    learner = Learner(
         spec.cfg,
         policy_id,
         spec.make_model(),
@@ -213,6 +213,10 @@ def build_learner(spec: RunSpec, policy_id: int):
         spec.exp_dir,
         seed=derive_seed(spec.run_seed, "minibatches", policy_id),
     )
+    plan = spec.inference
+    if plan is not None and plan.weight_queues is not None:  # set for child processes
+        learner.share_weights(plan.board, plan.weights_queue_of(policy_id))
+    return learner
 
 
 def learner_groups(spec_cfg: Cfg, device_of: dict[int, str]) -> list[list[int]]:

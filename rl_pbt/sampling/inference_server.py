@@ -6,8 +6,12 @@ takes every request waiting, runs one forward pass per policy over the actors of
 (one fused pass over the population on the CPU), writes actions, log-probs, values, next RNN
 states and the weights' version back, and answers each worker on its reply queue.
 
-Collaborators: rollout workers (requests, replies), ParamStore (weights, reloaded when a
-policy's write counter changes), the runner (starts it; reads its batch statistics).
+Weights never pass through the host: each learner hands the server its device buffer once
+(`device_weights`), and the server copies a policy's newest state device to device when that
+policy's publish count changes.
+
+Collaborators: rollout workers (requests, replies), learners (weights buffers, WeightBoard),
+the runner (starts it; reads its batch statistics).
 """
 
 from __future__ import annotations
@@ -19,7 +23,7 @@ from typing import Any, Callable, Optional
 import numpy as np
 import torch
 
-from rl_pbt.memory.param_store import ParamStore
+from rl_pbt.memory.device_weights import WeightBoard, WeightsReader, drain_buffers
 from rl_pbt.models.action_dist import ActionSpec
 from rl_pbt.models.obs import ObsSpec, torch_dtype
 from rl_pbt.runtime import heartbeat as hb
@@ -79,6 +83,10 @@ class InferencePlan:
     request_queues: list  # per server
     reply_queues: list  # per rollout worker
     fused: bool = True  # --fused_inference: one pass over all of a CPU server's policies
+    board: Optional[WeightBoard] = None  # publish counts of the weights shared on the device
+    # per server: learners' WeightsBuffer messages. Set by the runner once it knows how
+    # children start (a multiprocessing queue, which moves CUDA tensors as IPC handles)
+    weight_queues: Optional[list] = None
 
     @classmethod
     def for_devices(
@@ -95,7 +103,11 @@ class InferencePlan:
             [make_queue() for _ in devices],
             [make_queue() for _ in range(io.rows.shape[0])],
             fused,
+            WeightBoard.allocate(len(device_of)),
         )
+
+    def weights_queue_of(self, policy_id: int):
+        return self.weight_queues[self.server_of[policy_id]]
 
 
 class InferenceServer:
@@ -104,7 +116,6 @@ class InferenceServer:
         plan: InferencePlan,
         server_idx: int,
         make_model: Callable[[], Any],
-        params: ParamStore,
         heartbeats: Optional[hb.Heartbeats] = None,
         hb_idx: int = 0,
     ):
@@ -113,7 +124,6 @@ class InferenceServer:
         self.io = plan.io
         self.device = torch.device(plan.devices[server_idx])
         self.policies = list(plan.policies[server_idx])
-        self.params = params
         self.heartbeats = heartbeats
         self.hb_idx = hb_idx
         if self.device.type == "cuda":
@@ -131,33 +141,40 @@ class InferenceServer:
             plan.fused and self.device.type == "cpu" and FusedPopulationPolicy.supported(template)
         )
         self.fused = FusedPopulationPolicy(template, max(self.policies) + 1) if fused_ok else None
-        self.seq = {p: -1 for p in self.policies}
+        self.readers = {p: WeightsReader(plan.board, p) for p in self.policies}
+        self.weights_queue = plan.weight_queues[server_idx]
         self.version = np.zeros(max(self.policies) + 1, dtype=np.int64)
-        self._seq_now = params.seq.numpy()
 
     def _beat(self, activity: int, detail: int = 0) -> None:
         if self.heartbeats is not None:
             self.heartbeats.beat(self.hb_idx, activity, detail)
 
+    def _attach_buffers(self) -> None:
+        """Take the buffers learners sent (at their start, or a restarted learner's new one)."""
+        for msg in drain_buffers(self.weights_queue):
+            if msg.policy_id in self.readers:
+                self.readers[msg.policy_id].attach(msg.slots)
+
     def refresh(self) -> None:
         """Reload the weights of the policies whose learner published since the last look."""
-        for p in self.policies:
-            seq = int(self._seq_now[p])
-            if seq != self.seq[p] and seq > 0:
-                self.version[p] = self.params.read_into(p, self.models[p])
-                self.seq[p] = seq
+        self._attach_buffers()
+        for p, reader in self.readers.items():
+            if reader.changed():
+                self.version[p] = reader.read_into(self.models[p])
                 if self.fused is not None:
                     self.fused.load(p, self.models[p])
 
     def wait_published(self, should_stop: Callable[[], bool], timeout: float = 1e9) -> bool:
         """Serve nothing from unpublished weights: wait for every policy's first publish."""
         deadline = time.monotonic() + timeout
+        self._attach_buffers()
         for p in self.policies:
-            while int(self._seq_now[p]) == 0:
+            while not self.readers[p].ready():
                 self._beat(hb.WAIT_WEIGHTS, p)
                 if should_stop() or time.monotonic() > deadline:
                     return False
                 time.sleep(0.01)
+                self._attach_buffers()
         self.refresh()
         return True
 
@@ -263,7 +280,7 @@ def inference_process_main(spec, server_idx: int) -> None:
 
     try:
         spec.heartbeats.beat(hb_idx, hb.STARTING, server_idx)
-        server = InferenceServer(plan, server_idx, spec.make_model, spec.params, spec.heartbeats)
+        server = InferenceServer(plan, server_idx, spec.make_model, spec.heartbeats)
         server.hb_idx = hb_idx
         if server.wait_published(should_stop):
             queue = plan.request_queues[server_idx]

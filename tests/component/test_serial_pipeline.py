@@ -85,7 +85,7 @@ def build(tmp_path, extra=(), env="tagged_ma"):
         learners, _MergedQueue(runner.learner_queues), runner.learner_queues, runner.report_queue
     )
     host.start(resume=False)
-    runner.serve_in_process()
+    runner.serve_in_process(learners)
     seats_log: dict[tuple[int, int], list] = {}
     workers = []
     for w in range(cfg.num_workers):

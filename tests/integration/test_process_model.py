@@ -3,6 +3,7 @@ forkserver and spawn (an env registered in a test-local module or a user's __mai
 inference served by its own process, and seeds that make runs repeat (or differ)."""
 
 import json
+import multiprocessing
 import os
 import pickle
 import subprocess
@@ -107,6 +108,7 @@ class _FakeProcess:
 
 class _FakeContext:
     Process = _FakeProcess
+    Queue = staticmethod(multiprocessing.get_context("spawn").Queue)  # weights handover
 
 
 def test_main_process_never_touches_cuda_with_gpus_visible(tmp_path, monkeypatch):

@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from rl_pbt import parse_cfg
-from rl_pbt.memory.param_store import ParamStore
+from rl_pbt.memory.device_weights import WeightsWriter
 from rl_pbt.models.actor_critic import make_actor_critic
 from rl_pbt.runtime.messages import InferenceRequest, LocalQueue, drain
 from rl_pbt.sampling.inference_server import NO_ROW, InferenceIO, InferencePlan, InferenceServer
@@ -27,22 +27,28 @@ def build(use_rnn, num_policies=3, fused=True):
 
     torch.manual_seed(0)
     models = [make_model() for _ in range(num_policies)]
-    params = ParamStore.for_model(num_policies, models[0])
-    for p, m in enumerate(models):
-        params.publish(p, m, version=10 * p + 1)
     io = InferenceIO.allocate(2, 6, models[0].obs_spec, models[0].act_spec, models[0].rnn_size, 2)
     # policies 0 and 2 on one server, 1 on the other
     plan = InferencePlan.for_devices(
         io, {0: "cpu", 1: "cpu:1", 2: "cpu"}, LocalQueue, fused=fused
     )
-    return cfg, models, params, io, plan, make_model
+    plan.weight_queues = [LocalQueue(), LocalQueue()]
+    # each "learner" hands its buffer to its server and publishes, as Learner.share_weights does
+    writers = []
+    for p, m in enumerate(models):
+        w = WeightsWriter(plan.board, p, m, "cpu")
+        plan.weights_queue_of(p).put(w.message())
+        w.publish(m, version=10 * p + 1)
+        writers.append(w)
+    return cfg, models, writers, io, plan, make_model
 
 
 @pytest.mark.parametrize("use_rnn,fused", [(False, True), (False, False), (True, False)])
 def test_answers_match_each_policy_model(use_rnn, fused):
-    cfg, models, params, io, plan, make_model = build(use_rnn, fused=fused)
+    cfg, models, writers, io, plan, make_model = build(use_rnn, fused=fused)
     assert plan.policies == [[0, 2], [1]] and plan.server_of == [0, 1, 0]
-    server = InferenceServer(plan, 0, make_model, params)
+    server = InferenceServer(plan, 0, make_model)
+    assert server.wait_published(lambda: False, timeout=5)
     assert (server.fused is not None) == (fused and not use_rnn)
     g = torch.Generator().manual_seed(1)
     io.obs["obs"][:] = torch.rand(io.obs["obs"].shape, generator=g) * 2 - 1
@@ -82,15 +88,16 @@ def test_answers_match_each_policy_model(use_rnn, fused):
 
 
 def test_reloads_weights_when_the_learner_publishes():
-    cfg, models, params, io, plan, make_model = build(False)
-    server = InferenceServer(plan, 1, make_model, params)
+    cfg, models, writers, io, plan, make_model = build(False)
+    server = InferenceServer(plan, 1, make_model)
+    assert server.wait_published(lambda: False, timeout=5)
     io.rows[0] = 1
     server.serve([InferenceRequest(0, 0, 0, 6)])
     assert (io.versions[0] == 11).all()
     with torch.no_grad():
         for t in models[1].parameters():
             t.add_(0.5)
-    params.publish(1, models[1], version=99)
+    writers[1].publish(models[1], version=99)
     server.serve([InferenceRequest(0, 0, 0, 6)])
     assert (io.versions[0] == 99).all()
     x = models[1].encode({"obs": io.obs["obs"][0]})
