@@ -21,11 +21,8 @@ and `save` never writes a non-finite state.
 
 from __future__ import annotations
 
-import glob
 import logging
 import math
-import os
-import re
 import time
 from dataclasses import dataclass
 from typing import Optional
@@ -36,14 +33,16 @@ from torch import nn
 from rl_pbt.config.flags import TUNED_HPARAMS
 from rl_pbt.config.parse import recurrence
 from rl_pbt.learning.advantages import gae, vtrace
+from rl_pbt.learning.checkpoints import load_latest_checkpoint, write_checkpoint
 from rl_pbt.learning.losses import (
     clipped_value_loss,
     entropy_loss,
     normalize_advantages,
     ppo_policy_loss,
 )
-from rl_pbt.logging.files import atomic_write, checkpoint_dir, deletable_folder
+from rl_pbt.logging.files import checkpoint_dir
 from rl_pbt.memory.buffers import LEARNER, QUEUED, TrajectoryBuffers
+from rl_pbt.memory.device_weights import WeightsWriter
 from rl_pbt.memory.param_store import (
     ParamStore,
     flat_state_size,
@@ -184,7 +183,6 @@ class Learner:
         self.traj_per_minibatch = cfg.batch_size // cfg.rollout
         self.rec = recurrence(cfg)
         self.last_save = time.monotonic()
-        self._warned_link = False  # said once: a linked checkpoint folder is not rotated
         self.stats: dict[str, float] = {}
         self.copied_at: Optional[float] = None  # wall time of the last PBT weight copy
         self.fresh_at: Optional[float] = None  # first trajectory from the copied weights came
@@ -197,6 +195,14 @@ class Learner:
         self.bad_updates = 0  # non-finite iterations undone, in all
         self.bad_in_a_row = 0
         self.bad_what: list[str] = []  # what was non-finite, over the current streak
+        # --inference=device: weights go to the inference server on the device, not the host
+        self.device_weights: Optional[WeightsWriter] = None
+
+    def share_weights(self, board, weights_queue) -> None:
+        """Serve through an inference server: hand it this learner's device buffer; from now
+        on each iteration publishes there (the host row keeps only the version)."""
+        self.device_weights = WeightsWriter(board, self.policy_id, self.model, self.device)
+        weights_queue.put(self.device_weights.message())
 
     # --- data in --------------------------------------------------------------------------
     def add(self, slots: list[int]) -> None:
@@ -424,9 +430,12 @@ class Learner:
         """The iteration's one wait for the device: its statistics come back, with the new
         weights in the same copy when they are to be published."""
         k = len(stats)
-        if publish:
+        to_host = publish and self.device_weights is None
+        if to_host:
             host = torch.cat([stats, pack_state(self.model)]).cpu()
         else:
+            if publish:
+                self.device_weights.stage(self.model)  # done by the time the stats are back
             host = stats.cpu()
         values = dict(zip(_MINIBATCH_STATS + _BATCH_STATS, host[:k].numpy().tolist()))
         own, trainable = values.pop("own"), values.pop("trainable")
@@ -449,8 +458,11 @@ class Learner:
         self.stats["learning_rate"] = self.hp["learning_rate"]
         self.stats["value_target_mean"] = target_sum / trainable if trainable else 0.0
         self.stats["bad_updates"] = float(self.bad_updates)
-        if publish:
+        if to_host:
             self.params.publish_flat(self.policy_id, host[k:], self.version)
+        elif publish:
+            self.device_weights.announce(self.version)
+            self.params.set_version(self.policy_id, self.version)
 
     # --- non-finite iterations --------------------------------------------------------------
     def _live_state(self, steps: bool = True) -> list[torch.Tensor]:
@@ -540,6 +552,8 @@ class Learner:
 
     def publish(self) -> None:
         self.params.publish(self.policy_id, self.model, self.version)
+        if self.device_weights is not None:
+            self.device_weights.publish(self.model, self.version)
 
     # --- hyperparameters and PBT copies -----------------------------------------------------
     def set_hparams(self, hparams: dict[str, float]) -> None:
@@ -638,7 +652,6 @@ class Learner:
                 folder,
             )
             return None
-        os.makedirs(folder, exist_ok=True)
         # plain tensors, numbers, strings, lists and dicts only: loadable with weights_only
         state = {
             "model": self.model.state_dict(),
@@ -648,22 +661,16 @@ class Learner:
             "hparams": {k: float(v) for k, v in self.hp.items()},
             "policy_id": int(self.policy_id),
         }
-        # both numbers padded, so that names sort as the checkpoints were written (an undone
-        # iteration's samples count as env steps while the version stays)
-        name = f"checkpoint_{self.version:012d}_{self.env_steps:015d}.pth"
-        path = os.path.join(folder, name)
-        atomic_write(path, lambda f: torch.save(state, f), mode="wb")
-        if deletable_folder(folder, self.exp_dir):  # never delete through a link
-            for old in checkpoint_files(folder)[: -self.cfg.keep_checkpoints]:
-                os.unlink(old)  # unlink removes a linked file's link, not its target
-        elif not self._warned_link:
-            self._warned_link = True
-            log.warning(
-                "policy %d: %s is a link or lies outside the experiment: old checkpoints "
-                "are kept, not deleted",
-                self.policy_id,
-                folder,
-            )
+        # raises CheckpointWriteError (one line; the older checkpoints untouched) on a full
+        # disk or any other write failure: the caller reports it and stops
+        path = write_checkpoint(
+            folder,
+            self.version,
+            self.env_steps,
+            state,
+            self.cfg.keep_checkpoints,
+            root=self.exp_dir,  # old files are deleted only in a real folder inside it
+        )
         self.last_save = time.monotonic()
         return path
 
@@ -673,10 +680,12 @@ class Learner:
         return None
 
     def load_latest(self) -> bool:
-        path = latest_checkpoint(self.checkpoint_folder())
-        if path is None:
+        """Resume from the newest usable checkpoint (a damaged newer one is named in a warning
+        and skipped); False when there is none."""
+        found = load_latest_checkpoint(self.checkpoint_folder(), map_location=self.device)
+        if found is None:
             return False
-        state = torch.load(path, map_location=self.device, weights_only=True)
+        _, state = found
         self.model.load_state_dict(state["model"])
         self.optimizer.load_state_dict(state["optimizer"])
         self._settle_optimizer()
@@ -697,22 +706,3 @@ class Learner:
             for key in ("exp_avg", "exp_avg_sq"):
                 st[key] = st[key].to(device=p.device, dtype=p.dtype)
             st["step"] = self._step_tensor(float(st["step"]), p)
-
-
-_CHECKPOINT_NAME = re.compile(r"checkpoint_(\d+)_(\d+)\.pth")
-
-
-def _checkpoint_order(path: str) -> tuple[int, int, str]:
-    """(version, env steps) read from a checkpoint's name, padded or not."""
-    m = _CHECKPOINT_NAME.fullmatch(os.path.basename(path))
-    return (int(m.group(1)), int(m.group(2)), path) if m else (-1, -1, path)
-
-
-def checkpoint_files(folder: str) -> list[str]:
-    """The checkpoints in `folder`, oldest first (by version, then env steps)."""
-    return sorted(glob.glob(os.path.join(folder, "checkpoint_*.pth")), key=_checkpoint_order)
-
-
-def latest_checkpoint(folder: str) -> Optional[str]:
-    files = checkpoint_files(folder)
-    return files[-1] if files else None

@@ -11,6 +11,7 @@ import time
 import traceback
 from typing import Optional
 
+from rl_pbt.learning.checkpoints import CheckpointWriteError
 from rl_pbt.learning.learner import Learner, NonFiniteTraining
 from rl_pbt.runtime import heartbeat as hb
 from rl_pbt.runtime.messages import (
@@ -110,11 +111,17 @@ class LearnerHost:
                     self._beat(hb.SAVING, p)
                     learner.save()
         elif isinstance(msg, Stop):
+            failed: Optional[CheckpointWriteError] = None
             if msg.save:
                 for p, learner in self.learners.items():
                     self._beat(hb.SAVING, p)
-                    learner.save()
+                    try:
+                        learner.save()
+                    except CheckpointWriteError as e:  # the other policies still save
+                        failed = failed or e
             self.stopped = True
+            if failed is not None:
+                raise failed
         else:
             raise TypeError(f"learner got an unexpected message {msg!r}")
 
@@ -190,6 +197,10 @@ def learner_process_main(spec, policy_ids: list[int]) -> None:
         if host is not None:
             host.handle(Stop(save=True))
         report_queue.put(LearnerEvent(policy_ids[0], "error", traceback.format_exc()))
+        time.sleep(0.5)
+        raise
+    except CheckpointWriteError as e:  # a full disk: one line, the older checkpoints kept
+        report_queue.put(LearnerEvent(policy_ids[0], "error", str(e)))
         time.sleep(0.5)
         raise
     except Exception:

@@ -12,7 +12,12 @@ import numpy as np
 import torch
 
 from rl_pbt.config.parse import Cfg, load_cfg
-from rl_pbt.learning.learner import latest_checkpoint
+from rl_pbt.learning.checkpoints import (
+    CheckpointError,
+    checkpoint_files,
+    load_latest_checkpoint,
+    read_checkpoint,
+)
 from rl_pbt.logging.files import checkpoint_dir
 from rl_pbt.models.action_dist import to_env_action
 from rl_pbt.models.actor_critic import ActorCritic, make_actor_critic
@@ -30,13 +35,32 @@ def experiment_cfg(exp_dir: str, overrides: Optional[dict] = None) -> Cfg:
 
 
 def load_policy(exp_dir: str, policy_id: int, obs_space, action_space, cfg: Cfg) -> ActorCritic:
+    """The policy's newest usable checkpoint as an eval-mode model on the CPU (a damaged
+    newest file is named in a warning and the one before it is used). FileNotFoundError when
+    the folder holds no checkpoint, CheckpointError (a ValueError) when none is usable."""
     folder = checkpoint_dir(exp_dir, policy_id)
-    path = latest_checkpoint(folder)
-    if path is None:
+    found = load_latest_checkpoint(folder, map_location="cpu")
+    if found is None:
+        n = len(checkpoint_files(folder))
+        if n:
+            why = f"none of the {n} checkpoints of policy {policy_id} is usable"
+            raise CheckpointError(folder, why)
         raise FileNotFoundError(f"policy {policy_id}: no checkpoint in {folder}")
+    path, state = found
+    return _model_from_state(path, state, obs_space, action_space, cfg)
+
+
+def load_policy_file(path: str, obs_space, action_space, cfg: Cfg) -> ActorCritic:
+    """The model saved in one named checkpoint file, eval mode, on the CPU; CheckpointError
+    (a ValueError, one line) when the file is missing, damaged or not plain data."""
+    state = read_checkpoint(path, map_location="cpu")
+    return _model_from_state(path, state, obs_space, action_space, cfg)
+
+
+def _model_from_state(path: str, state: dict, obs_space, action_space, cfg: Cfg) -> ActorCritic:
+    if "model" not in state:
+        raise CheckpointError(path, "holds no 'model' weights")
     model = make_actor_critic(obs_space, action_space, cfg)
-    # checkpoints hold plain tensors, numbers and containers only: nothing to unpickle
-    state = torch.load(path, map_location="cpu", weights_only=True)
     model.load_state_dict(state["model"])
     model.eval()
     return model

@@ -28,6 +28,7 @@ from rl_pbt.config.policy_values import (
 )
 from rl_pbt.envs.registry import make_env, registry_snapshot
 from rl_pbt.envs.wrappers import as_multiagent, reward_shaping_target
+from rl_pbt.learning.checkpoints import CheckpointWriteError
 from rl_pbt.learning.learner import Learner, default_hparams
 from rl_pbt.learning.learner_process import LearnerHost, learner_process_main
 from rl_pbt.logging.files import (
@@ -58,6 +59,7 @@ from rl_pbt.runtime.messages import (
     ExportState,
     LearnerEvent,
     LearnerReport,
+    LocalQueue,
     PublishSnapshot,
     SetRatings,
     SetRewardShaping,
@@ -401,12 +403,20 @@ class Runner:
     def _learner_factory(self, policy_id: int) -> Learner:
         return build_learner(self.spec(), policy_id)
 
-    def serve_in_process(self) -> None:
-        """Serial mode with --inference=device: requests are served on the spot, here."""
+    def serve_in_process(self, learners: dict[int, Learner]) -> None:
+        """Serial mode with --inference=device: requests are served on the spot, here, with
+        the weights `learners` (started, so published) share with the servers."""
         if self.inference is None:
             return
+        plan = self.inference
+        if plan.weight_queues is None:
+            plan.weight_queues = [LocalQueue() for _ in plan.devices]
+        for p, learner in learners.items():
+            if learner.device_weights is None:
+                learner.share_weights(plan.board, plan.weights_queue_of(p))
+                learner.device_weights.publish(learner.model, learner.version)
         for i in range(len(self.inference.devices)):
-            server = InferenceServer(self.inference, i, self.make_model, self.params)
+            server = InferenceServer(self.inference, i, self.make_model)
             self.inference.request_queues[i] = DirectServer(server)
 
     def _run_serial(self) -> int:
@@ -417,7 +427,7 @@ class Runner:
         )
         host.start(self.resuming)
         self._initial_messages()
-        self.serve_in_process()
+        self.serve_in_process(learners)
         workers = [
             self._worker_factory(i, lambda: False, blocking=False) for i in range(cfg.num_workers)
         ]
@@ -438,13 +448,21 @@ class Runner:
         except Exception:  # stop as a parallel run does: say why, save what is sound
             log(f"ERROR:\n{traceback.format_exc()}")
             status = 1
-        host.handle(Stop(save=True))
+        try:
+            host.handle(Stop(save=True))
+        except CheckpointWriteError as e:  # a full disk: the older checkpoints are kept
+            log(f"ERROR: {e}")
+            status = 1
         for worker in workers:
             worker.close()
         self._tick(final=True)
         return status
 
     def _start_processes(self, ctx) -> None:
+        if self.inference is not None:
+            # a multiprocessing queue pickles with torch's reducers: a CUDA buffer travels as
+            # an IPC handle to the same memory, a CPU one as shared memory
+            self.inference.weight_queues = [ctx.Queue() for _ in self.inference.devices]
         spec = self.spec()
         for group in self.groups:
             name = f"learner_{group[0]}"

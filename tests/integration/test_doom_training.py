@@ -8,6 +8,7 @@ import os
 import pytest
 
 from rl_pbt import parse_cfg, train
+from rl_pbt.learning.checkpoints import read_checkpoint
 
 pytestmark = pytest.mark.doom
 
@@ -37,7 +38,6 @@ def test_doom_basic_trains(tmp_path):
     assert summary["policies"]["0"]["episodes"] > 0
     ckpt = glob.glob(os.path.join(exp, "checkpoint_p0", "checkpoint_*.pth"))
     assert ckpt
-    import torch
 
-    state = torch.load(ckpt[-1], weights_only=False)
+    state = read_checkpoint(ckpt[-1])
     assert any("encoders.obs.0" in k for k in state["model"])  # the conv encoder was used

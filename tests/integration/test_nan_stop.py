@@ -9,6 +9,7 @@ import gymnasium as gym
 import torch
 
 from rl_pbt import parse_cfg, register_env, train
+from rl_pbt.learning.checkpoints import read_checkpoint
 from tests.small_run import SMALL_RUN
 
 NAN_AFTER_STEPS = 8000  # per env copy: 2 workers x 4 copies, about 64k env steps in all
@@ -57,7 +58,7 @@ def test_nan_rewards_stop_the_run_and_keep_a_finite_checkpoint(tmp_path, capsys)
     assert "--train_for_seconds=30 reached" not in out
     files = sorted(glob.glob(os.path.join(tmp_path, "nan", "checkpoint_p0", "checkpoint_*.pth")))
     assert files, out[-3000:]
-    state = torch.load(files[-1], map_location="cpu", weights_only=True)
+    state = read_checkpoint(files[-1], map_location="cpu")
     assert state["version"] > 0
     for name, tensor in state["model"].items():
         assert bool(torch.isfinite(tensor).all()), name

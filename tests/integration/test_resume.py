@@ -6,6 +6,7 @@ import os
 import torch
 
 from rl_pbt import parse_cfg, train
+from rl_pbt.learning.checkpoints import read_checkpoint
 from tests.small_run import SMALL_RUN
 
 
@@ -31,12 +32,12 @@ def run(tmp_path, steps, *extra):
 
 def test_resume_continues_with_same_weights(tmp_path):
     exp = run(tmp_path, 4000)
-    first = torch.load(checkpoints(exp)[-1], weights_only=False)
+    first = read_checkpoint(checkpoints(exp)[-1])
     assert first["env_steps"] >= 4000
 
     # same budget again: nothing left to train, the run loads and saves the same state
     run(tmp_path, 4000)
-    again = torch.load(checkpoints(exp)[-1], weights_only=False)
+    again = read_checkpoint(checkpoints(exp)[-1])
     assert again["env_steps"] == first["env_steps"]
     assert again["version"] == first["version"]
     for k, v in first["model"].items():
@@ -45,15 +46,15 @@ def test_resume_continues_with_same_weights(tmp_path):
 
     # larger budget: training continues from there
     run(tmp_path, 8000)
-    later = torch.load(checkpoints(exp)[-1], weights_only=False)
+    later = read_checkpoint(checkpoints(exp)[-1])
     assert later["env_steps"] >= 8000
     assert later["version"] > first["version"]
 
 
 def test_restart_behavior_overwrite_starts_fresh(tmp_path):
     exp = run(tmp_path, 2000)
-    v1 = torch.load(checkpoints(exp)[-1], weights_only=False)["version"]
+    v1 = read_checkpoint(checkpoints(exp)[-1])["version"]
     run(tmp_path, 2000, "--restart_behavior=overwrite")
-    fresh = torch.load(checkpoints(exp)[-1], weights_only=False)
+    fresh = read_checkpoint(checkpoints(exp)[-1])
     assert fresh["env_steps"] < 2000 + 4 * 128 * 2 and fresh["version"] <= v1 + 64
     assert os.path.isfile(os.path.join(exp, "config.json"))

@@ -8,6 +8,7 @@ import os
 import torch
 
 from rl_pbt import parse_cfg, train
+from rl_pbt.learning.checkpoints import read_checkpoint
 
 
 def serial_run(tmp_path, name, seed):
@@ -35,7 +36,7 @@ def serial_run(tmp_path, name, seed):
     states = []
     for p in range(2):
         path = sorted(glob.glob(os.path.join(exp, f"checkpoint_p{p}", "checkpoint_*.pth")))[-1]
-        states.append(torch.load(path, weights_only=True))
+        states.append(read_checkpoint(path))
     with open(os.path.join(exp, "summary.json")) as f:
         summary = json.load(f)
     return states, summary

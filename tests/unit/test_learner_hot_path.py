@@ -20,6 +20,7 @@ from rl_pbt.config.parse import recurrence
 from rl_pbt.learning import learner as learner_module
 from rl_pbt.learning.learner import Learner, configure_cuda
 from rl_pbt.memory.buffers import FREE, QUEUED, WORKER, TrajectoryBuffers
+from rl_pbt.memory.device_weights import WeightBoard, WeightsReader
 from rl_pbt.memory.param_store import ParamStore
 from rl_pbt.memory.slots import SlotPool
 from rl_pbt.models.actor_critic import make_actor_critic
@@ -181,6 +182,30 @@ def test_stats_and_env_steps(tmp_path):
     learner.params.read_into(0, other.model)
     for a, c in zip(learner.model.state_dict().values(), other.model.state_dict().values()):
         assert torch.equal(a, c)
+
+
+def test_weights_shared_on_the_device_publish_within_the_one_sync(tmp_path, monkeypatch):
+    """--inference=device: the iteration still reads back once, the server's reader gets the
+    trained weights with their version, and the host row carries only the version."""
+    learner = make_learner(tmp_path)
+    board, q = WeightBoard.allocate(1), LocalQueue()
+    learner.share_weights(board, q)
+    learner.publish()
+    reader = WeightsReader(board, 0)
+    reader.attach(q.get().slots)
+    host_seq = int(learner.params.seq[0])
+    fill(learner, torch.Generator().manual_seed(2), 2 * learner.traj_per_iteration)
+    for _ in range(2):
+        with counting_syncs(monkeypatch) as seen:
+            assert learner.train_if_ready()
+        assert len(seen) <= 1, seen
+        assert reader.changed()
+        served = make_learner(tmp_path, seed=3).model
+        assert reader.read_into(served) == learner.version
+        for a, c in zip(learner.model.state_dict().values(), served.state_dict().values()):
+            assert torch.equal(a, c)
+    assert learner.params.current_version(0) == learner.version
+    assert int(learner.params.seq[0]) == host_seq  # no host copy of the weights per iteration
 
 
 # --- repeatability, prefetching, autocast ------------------------------------------------------

@@ -14,13 +14,8 @@ import pytest
 import torch
 
 from rl_pbt import ConfigError, parse_cfg
-from rl_pbt.learning.learner import (
-    MAX_BAD_UPDATES,
-    Learner,
-    NonFiniteTraining,
-    checkpoint_files,
-    latest_checkpoint,
-)
+from rl_pbt.learning.checkpoints import checkpoint_files, latest_checkpoint, read_checkpoint
+from rl_pbt.learning.learner import MAX_BAD_UPDATES, Learner, NonFiniteTraining
 from rl_pbt.learning.learner_process import LearnerHost
 from rl_pbt.runtime.messages import LocalQueue, Stop
 from tests.unit.test_learner_hot_path import counting_syncs, fill, make_learner
@@ -257,7 +252,7 @@ def test_stop_after_giving_up_leaves_a_finite_newest_checkpoint(tmp_path):
     host.handle(Stop(save=True))
     files = sorted(checkpoint_bytes(learner))
     assert files[0] == first
-    state = torch.load(files[-1], weights_only=True)
+    state = read_checkpoint(files[-1])
     assert state["version"] == learner.version
     assert all(bool(torch.isfinite(v).all()) for v in state["model"].values())
     for st in state["optimizer"]["state"].values():
