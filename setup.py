@@ -22,8 +22,9 @@ setup(
         "pettingzoo": ["pettingzoo>=1.24"],
         # counts GPUs through NVML, so the main process never initialises CUDA to count them
         "gpu": ["nvidia-ml-py>=12"],
-        # launch.report draws the population's story as PNGs and an offline HTML page
-        "report": ["matplotlib>=3.6"],
+        # launch.report draws the population's story as PNGs and an offline HTML page;
+        # tensorboard is the viewer of the curves every run writes
+        "report": ["matplotlib>=3.6", "tensorboard>=2.10"],
         # enjoy/match --save_video write .mp4 through ffmpeg (or .gif without it)
         "video": ["imageio>=2.28", "imageio-ffmpeg>=0.4.8"],
         "wandb": ["wandb>=0.16"],
@@ -33,6 +34,8 @@ setup(
             "rl-pbt-train=launch.train:main",
             "rl-pbt-enjoy=launch.enjoy:main",
             "rl-pbt-match=launch.match:main",
+            "rl-pbt-report=launch.report:main",
+            "rl-pbt-replay=launch.replay:main",
         ]
     },
 )

@@ -1,23 +1,40 @@
 """Train a policy or a population: parse flags, register the built-in envs, run.
 
-The training loop lives in rl_pbt/runtime/runner.py (Runner.run).
+    rl-pbt-train --env=arena_duel --with_pbt --num_policies=8     (--help[=TOPIC] for the flags)
+
+The training loop lives in rl_pbt/runtime/runner.py (Runner.run). A config error is one line
+on stderr and exit status 2, before anything is written.
 """
 
 from __future__ import annotations
 
+import os
 import sys
 
 import envs  # noqa: F401  (registers the built-in envs)
 from rl_pbt import ConfigError, parse_cfg, train
 
 
+def config_error(e: ConfigError) -> int:
+    one_line = "; ".join(line.strip() for line in str(e).splitlines() if line.strip())
+    print(f"rl-pbt-train: error: {one_line}", file=sys.stderr)
+    return 2
+
+
 def main(argv: list[str] | None = None) -> int:
     try:
         cfg = parse_cfg(sys.argv[1:] if argv is None else argv)
-        return train(cfg)
+    except SystemExit as e:  # --help printed
+        return e.code if isinstance(e.code, int) else 0
+    except BrokenPipeError:  # --help piped into a pager or head that stopped reading
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 0
     except ConfigError as e:  # bad flags, or flags that do not fit the env
-        print(f"rl-pbt-train: error: {e}", file=sys.stderr)
-        return 2
+        return config_error(e)
+    try:
+        return train(cfg)
+    except ConfigError as e:  # found once the env is built, still before anything is written
+        return config_error(e)
 
 
 if __name__ == "__main__":

@@ -1,7 +1,8 @@
-"""Every command-line flag, defined once: name, type, default, help and check.
+"""Every command-line flag, defined once: name, type, default, help, check and help topic.
 
-Names follow Sample Factory 2 where the concept is the same. `parse.py` builds the
-argument parser and the validation from this table; nothing else defines flags.
+Names follow Sample Factory 2 where the concept is the same; `FOREIGN_FLAGS` lists the Sample
+Factory names that have no flag of their own here. `parse.py` builds the argument parser, the
+help and the validation from these tables; nothing else defines flags.
 """
 
 from __future__ import annotations
@@ -9,18 +10,42 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Callable, Optional, Sequence
 
+from rl_pbt.logging.files import experiment_name_problem
+
 Check = Callable[[Any], Optional[str]]  # returns an error message, or None when the value is fine
 
 
 @dataclass(frozen=True)
 class Flag:
     name: str
-    type: type  # bool, int, float, str, or list (a list of ints)
+    type: type  # bool, int, float, str, or list (of item_type)
     default: Any
     help: str
     check: Optional[Check] = None
     choices: Optional[Sequence[Any]] = None
-    group: str = "misc"
+    group: str = "misc"  # help topic: a key of HELP_GROUPS (env integrations use "env")
+    item_type: type = int  # the type of a list flag's items: int or str
+
+
+# Help topics in the order `--help` prints them: key (as in `--help=KEY`) -> title.
+HELP_GROUPS: dict[str, str] = {
+    "run": "run and experiment",
+    "sampling": "sampling",
+    "learning": "learning",
+    "model": "model",
+    "pbt": "Population Based Training",
+    "selfplay": "self-play",
+    "logging": "logging",
+    "env": "env-specific",
+}
+HELP_ALIASES = {
+    "exp": "run",
+    "experiment": "run",
+    "self-play": "selfplay",
+    "self_play": "selfplay",
+    "wandb": "logging",
+    "sf": "sample_factory",
+}
 
 
 def positive(v: Any) -> Optional[str]:
@@ -39,8 +64,76 @@ def at_least(lo: float) -> Check:
     return lambda v: None if v >= lo else f"must be >= {lo}"
 
 
+def in_range(lo: float, hi: float, lo_open: bool = False, hi_open: bool = False) -> Check:
+    """lo <= v <= hi, either side open on request; the message writes the interval."""
+    text = f"must be in {'(' if lo_open else '['}{lo}, {hi}{')' if hi_open else ']'}"
+
+    def check(v: Any) -> Optional[str]:
+        above = v > lo if lo_open else v >= lo
+        below = v < hi if hi_open else v <= hi
+        return None if above and below else text
+
+    return check
+
+
 def positive_ints(v: Any) -> Optional[str]:
     return None if all(x > 0 for x in v) else "every layer size must be > 0"
+
+
+def path_text(v: Any) -> Optional[str]:
+    """A path flag's text: something, and nothing the file system refuses outright."""
+    if not v.strip():
+        return "must be a path, not empty"
+    if "\0" in v:
+        return "must not contain a NUL character"
+    return None
+
+
+def plain_name(v: Any) -> Optional[str]:
+    problem = experiment_name_problem(v)
+    if problem:
+        return f"{problem}; give a plain folder name (no '/', no '..', not '.')"
+    return None
+
+
+def non_empty(v: Any) -> Optional[str]:
+    return None if v.strip() else "must not be empty"
+
+
+def seed_range(v: Any) -> Optional[str]:
+    return None if 0 <= v < 2**63 else "must be in [0, 2**63 - 1]"
+
+
+def recurrence_length(v: Any) -> Optional[str]:
+    return None if v == -1 or v > 0 else "must be -1 (automatic) or > 0"
+
+
+# W&B refuses these characters in project and entity names; names are at most 128 characters
+_WANDB_BAD_CHARS = "/\\#?%:"
+
+
+def wandb_name(v: Any) -> Optional[str]:
+    if not v.strip():
+        return "must not be empty"
+    if len(v) > 128:
+        return "must be at most 128 characters"
+    bad = sorted({c for c in v if c in _WANDB_BAD_CHARS})
+    if bad:
+        return f"must not contain {' '.join(bad)}"
+    return None
+
+
+def wandb_group_name(v: Any) -> Optional[str]:
+    if not v.strip():
+        return "must not be empty"
+    return None if len(v) <= 128 else "must be at most 128 characters"
+
+
+def wandb_tags(v: Any) -> Optional[str]:
+    for tag in v:
+        if not 0 < len(tag) <= 64:
+            return f"tag {tag!r}: every tag must have 1 to 64 characters"
+    return None
 
 
 # Learning values a learner changes while it runs (PBT, --policy_values): everything else in
@@ -58,30 +151,39 @@ TUNED_HPARAMS = (
 
 FLAGS: list[Flag] = [
     # --- experiment ---
-    Flag("env", str, None, "environment name: a registered env or any gymnasium id", group="exp"),
+    Flag(
+        "env",
+        str,
+        None,
+        "environment name: a registered env or any gymnasium id",
+        non_empty,
+        group="run",
+    ),
     Flag(
         "experiment",
         str,
         "default_experiment",
         "experiment name (folder under train_dir)",
-        group="exp",
+        plain_name,
+        group="run",
     ),
-    Flag("train_dir", str, "train_dir", "root folder of experiments", group="exp"),
+    Flag("train_dir", str, "train_dir", "root folder of experiments", path_text, group="run"),
     Flag(
         "preset",
         str,
         None,
         "a preset from configs/ (name or path to a .json); flags override it",
-        group="exp",
+        path_text,
+        group="run",
     ),
-    Flag("seed", int, None, "random seed (None: random)", group="exp"),
+    Flag("seed", int, None, "random seed (None: random)", seed_range, group="run"),
     Flag(
         "device",
         str,
         "auto",
         "'gpu' or 'auto' (cuda when available) or 'cpu'",
         choices=["auto", "gpu", "cpu"],
-        group="exp",
+        group="run",
     ),
     Flag(
         "num_gpus",
@@ -90,7 +192,7 @@ FLAGS: list[Flag] = [
         "GPUs to spread the policies over (policy p on cuda:(p % num_gpus)); -1: every visible "
         "one (counted without initialising CUDA in the main process)",
         at_least(-1),
-        group="exp",
+        group="run",
     ),
     Flag(
         "mp_start_method",
@@ -99,7 +201,7 @@ FLAGS: list[Flag] = [
         "how child processes start; auto: fork when no CUDA device is used, else forkserver "
         "(CUDA cannot be used in a forked child)",
         choices=["auto", "fork", "forkserver", "spawn"],
-        group="exp",
+        group="run",
     ),
     Flag(
         "learner_processes",
@@ -108,7 +210,7 @@ FLAGS: list[Flag] = [
         "per_policy: one learner process per policy; per_device: one process per device "
         "hosting the learners of every policy placed on it (fewer CUDA contexts, less memory)",
         choices=["per_policy", "per_device"],
-        group="exp",
+        group="run",
     ),
     Flag(
         "restart_behavior",
@@ -117,14 +219,14 @@ FLAGS: list[Flag] = [
         "resume: continue an existing experiment; restart: keep old files but start fresh; "
         "overwrite: delete the experiment folder first",
         choices=["resume", "restart", "overwrite"],
-        group="exp",
+        group="run",
     ),
     Flag(
         "serial_mode",
         bool,
         False,
         "run every component in one process (debugging, tests)",
-        group="exp",
+        group="run",
     ),
     Flag(
         "train_for_env_steps",
@@ -132,7 +234,7 @@ FLAGS: list[Flag] = [
         10_000_000_000,
         "stop when every policy has trained on this many env frames",
         positive,
-        group="exp",
+        group="run",
     ),
     Flag(
         "train_for_seconds",
@@ -140,23 +242,35 @@ FLAGS: list[Flag] = [
         10_000_000_000,
         "stop after this many seconds",
         positive,
-        group="exp",
+        group="run",
     ),
-    Flag("save_every_sec", int, 120, "checkpoint period in seconds", positive, group="exp"),
+    Flag("save_every_sec", int, 120, "checkpoint period in seconds", positive, group="run"),
     Flag(
-        "keep_checkpoints", int, 2, "number of checkpoints kept per policy", positive, group="exp"
+        "keep_checkpoints", int, 2, "number of checkpoints kept per policy", positive, group="run"
     ),
-    Flag("stats_avg", int, 100, "episodes averaged in status and summaries", positive, group="exp"),
+    Flag(
+        "stats_avg",
+        int,
+        100,
+        "episodes averaged in status and summaries",
+        positive,
+        group="logging",
+    ),
     Flag(
         "experiment_summaries_interval",
         int,
         10,
         "seconds between TensorBoard writes",
         positive,
-        group="exp",
+        group="logging",
     ),
     Flag(
-        "status_interval", float, 5.0, "seconds between console status lines", positive, group="exp"
+        "status_interval",
+        float,
+        5.0,
+        "seconds between console status lines",
+        positive,
+        group="logging",
     ),
     Flag(
         "heartbeat_timeout",
@@ -164,7 +278,7 @@ FLAGS: list[Flag] = [
         60,
         "seconds of silence after which a component is declared hung",
         positive,
-        group="exp",
+        group="run",
     ),
     Flag(
         "env_frameskip",
@@ -172,7 +286,7 @@ FLAGS: list[Flag] = [
         1,
         "env frames per agent step (for frame counting)",
         positive,
-        group="exp",
+        group="run",
     ),
     # --- sampling ---
     Flag("num_workers", int, 2, "rollout worker processes", positive, group="sampling"),
@@ -242,6 +356,7 @@ FLAGS: list[Flag] = [
         int,
         -1,
         "truncated BPTT length; -1: rollout when use_rnn, else 1",
+        recurrence_length,
         group="learning",
     ),
     Flag("batch_size", int, 1024, "minibatch size in samples", positive, group="learning"),
@@ -263,8 +378,8 @@ FLAGS: list[Flag] = [
     ),
     Flag("learning_rate", float, 1e-4, "Adam learning rate", positive, group="learning"),
     Flag("adam_eps", float, 1e-6, "Adam epsilon", positive, group="learning"),
-    Flag("adam_beta1", float, 0.9, "Adam beta1", in_unit_interval, group="learning"),
-    Flag("adam_beta2", float, 0.999, "Adam beta2", in_unit_interval, group="learning"),
+    Flag("adam_beta1", float, 0.9, "Adam beta1", in_range(0, 1, hi_open=True), group="learning"),
+    Flag("adam_beta2", float, 0.999, "Adam beta2", in_range(0, 1, hi_open=True), group="learning"),
     Flag("gamma", float, 0.99, "discount", in_unit_interval, group="learning"),
     Flag("gae_lambda", float, 0.95, "GAE lambda", in_unit_interval, group="learning"),
     Flag(
@@ -357,6 +472,7 @@ FLAGS: list[Flag] = [
         "starting with _ are ignored. Without PBT a fixed, mixed population (name the file "
         "again when resuming); with PBT the members' starting values, policy 0 included (a "
         "fresh run; a resumed one keeps its PBT state)",
+        path_text,
         group="learning",
     ),
     # --- model ---
@@ -444,6 +560,7 @@ FLAGS: list[Flag] = [
         "true_objective",
         "info key ranked by PBT (episode return when absent); 'elo' ranks by rating; "
         "'vs_snapshots' by the win rate against frozen snapshots only",
+        non_empty,
         group="pbt",
     ),
     Flag("pbt_perturb_min", float, 1.1, "smallest perturbation factor", at_least(1.0), group="pbt"),
@@ -471,7 +588,14 @@ FLAGS: list[Flag] = [
         in_unit_interval,
         group="pbt",
     ),
-    Flag("pbt_search_space", str, None, "JSON file describing the typed search space", group="pbt"),
+    Flag(
+        "pbt_search_space",
+        str,
+        None,
+        "JSON file describing the typed search space (see configs/pbt_search_space_example.json)",
+        path_text,
+        group="pbt",
+    ),
     Flag(
         "pbt_objective_window",
         int,
@@ -493,7 +617,7 @@ FLAGS: list[Flag] = [
         float,
         0.05,
         "significance level of the t-test",
-        in_unit_interval,
+        in_range(0, 1, lo_open=True, hi_open=True),
         group="pbt",
     ),
     Flag(
@@ -516,6 +640,7 @@ FLAGS: list[Flag] = [
         str,
         None,
         "train one policy on the schedule recorded in this lineage.jsonl (see launch/replay)",
+        path_text,
         group="pbt",
     ),
     Flag(
@@ -559,6 +684,89 @@ FLAGS: list[Flag] = [
         positive,
         group="selfplay",
     ),
+    # --- logging (TensorBoard always; Weights & Biases on request) ---
+    Flag(
+        "with_wandb",
+        bool,
+        False,
+        'also log to Weights & Biases (needs the wandb package: pip install -e ".[wandb]")',
+        group="logging",
+    ),
+    Flag("wandb_project", str, "rl_pbt", "W&B project", wandb_name, group="logging"),
+    Flag(
+        "wandb_entity",
+        str,
+        None,
+        "W&B user or team (None: the logged-in user's default)",
+        wandb_name,
+        group="logging",
+    ),
+    Flag(
+        "wandb_group",
+        str,
+        None,
+        "W&B run group",
+        wandb_group_name,
+        group="logging",
+    ),
+    Flag(
+        "wandb_tags",
+        list,
+        [],
+        "W&B tags: a,b,c or a b c",
+        wandb_tags,
+        group="logging",
+        item_type=str,
+    ),
 ]
 
 FLAGS_BY_NAME: dict[str, Flag] = {f.name: f for f in FLAGS}
+
+
+@dataclass(frozen=True)
+class ForeignFlag:
+    """A Sample Factory flag with no flag of its own here. Accepted with a one-line note so that
+    ported commands run: `allowed` lists the values this trainer honours (compared without
+    case; any other value is an error), None accepts any value; `renamed_to` passes the value on to
+    the flag of that name. Only names whose accepted values change nothing about what is
+    learned belong here: a flag that would change learning is better refused."""
+
+    name: str
+    meaning: str  # what this trainer does instead
+    allowed: Optional[tuple[str, ...]] = None
+    renamed_to: Optional[str] = None
+
+
+FOREIGN_FLAGS: list[ForeignFlag] = [
+    ForeignFlag("algo", "training is always APPO", allowed=("APPO",)),
+    ForeignFlag(
+        "async_rl", "sampling and learning always overlap (asynchronous)", allowed=("True",)
+    ),
+    ForeignFlag("rnn_type", "the recurrent core (--use_rnn) is a GRU", allowed=("gru",)),
+    ForeignFlag("rnn_num_layers", "the recurrent core has one layer", allowed=("1",)),
+    ForeignFlag(
+        "exploration_loss",
+        "the exploration loss is the entropy bonus (--exploration_loss_coeff)",
+        allowed=("entropy",),
+    ),
+    ForeignFlag("optimizer", "the optimiser is Adam (--adam_eps, --adam_beta*)", allowed=("adam",)),
+    ForeignFlag(
+        "lr_schedule",
+        "the learning rate stays constant between PBT changes",
+        allowed=("constant",),
+    ),
+    ForeignFlag("policy_workers_per_policy", "where actions are computed is set by --inference"),
+    ForeignFlag(
+        "batched_sampling",
+        "envs that register a batched version are stepped in one call (--batched_envs)",
+    ),
+    ForeignFlag(
+        "decorrelate_experience_max_seconds",
+        "env copies are decorrelated by steps at start (--decorrelate_envs_on_one_worker)",
+    ),
+    ForeignFlag("set_workers_cpu_affinity", "rollout workers are not pinned to CPU cores"),
+    ForeignFlag("heartbeat_interval", "silent components are detected after --heartbeat_timeout"),
+    ForeignFlag("wandb_user", "the W&B user or team", renamed_to="wandb_entity"),
+]
+
+FOREIGN_BY_NAME: dict[str, ForeignFlag] = {f.name: f for f in FOREIGN_FLAGS}

@@ -1,27 +1,44 @@
-"""Builds the parser from `flags.FLAGS`, applies presets, validates, saves and loads configs.
+"""Builds the parser and the grouped `--help` from `flags.FLAGS`, applies presets, validates,
+saves and loads configs.
 
 Precedence, lowest first: flag defaults < env defaults (from `register_env`) < preset file <
-command line. Errors name the flag, the value and what is allowed.
+command line. Flags are never abbreviated. Errors are ConfigError, one line naming the flag,
+the value and what is allowed; nothing here writes to disk.
 """
 
 from __future__ import annotations
 
 import argparse
+import copy
 import difflib
 import json
 import math
 import os
 import sys
+import textwrap
 from pathlib import Path
 from typing import Any, Iterable, Optional
 
-from rl_pbt.config.flags import FLAGS, FLAGS_BY_NAME, TUNED_HPARAMS, Flag
+from rl_pbt.config.flags import (
+    FLAGS,
+    FLAGS_BY_NAME,
+    FOREIGN_BY_NAME,
+    FOREIGN_FLAGS,
+    HELP_ALIASES,
+    HELP_GROUPS,
+    TUNED_HPARAMS,
+    Flag,
+    ForeignFlag,
+)
 from rl_pbt.pbt.search_space import (
+    KINDS,
     SHAPING_PREFIX,
     ParamSpec,
     is_shaping_key,
-    load_search_space_file,
+    spec_from_dict,
 )
+
+PROG = "rl-pbt-train"
 
 
 def _configs_dir() -> Path:
@@ -63,84 +80,276 @@ class Cfg:
         return f"Cfg({self.__dict__})"
 
 
+_TRUE = ("true", "1", "yes", "y", "t")
+_FALSE = ("false", "0", "no", "n", "f")
+
+
 def str2bool(v: str) -> bool:
     if isinstance(v, bool):
         return v
-    low = v.lower()
-    if low in ("true", "1", "yes", "y", "t"):
+    low = v.strip().lower()
+    if low in _TRUE:
         return True
-    if low in ("false", "0", "no", "n", "f"):
+    if low in _FALSE:
         return False
     raise argparse.ArgumentTypeError(f"expected a boolean (True/False), got {v!r}")
 
 
+def close_names(name: str, known: Iterable[str]) -> list[str]:
+    """Up to three known names close to `name`, or that `name` abbreviates."""
+    known = list(known)
+    longer = sorted(k for k in known if name and k.startswith(name) and k != name)
+    close = difflib.get_close_matches(name, known, n=3, cutoff=0.75)
+    return list(dict.fromkeys(close + longer))[:3]
+
+
+def did_you_mean(name: str, known: Iterable[str], prefix: str = "--") -> str:
+    """' (did you mean --a, --b?)' naming close or longer names, or ''."""
+    picks = close_names(name, known)
+    return f" (did you mean {', '.join(prefix + p for p in picks)}?)" if picks else ""
+
+
 def unknown_flag_message(name: str, known: Iterable[str], source: str) -> str:
     """'unknown flag --NAME in SOURCE', with the closest known names when some are close."""
-    close = difflib.get_close_matches(name, list(known), n=3, cutoff=0.75)
-    hint = f"; did you mean {', '.join('--' + c for c in close)}?" if close else ""
-    return f"unknown flag --{name} in {source}{hint} (rl-pbt-train --help lists them all)"
+    picks = close_names(name, known)
+    hint = f"; did you mean {', '.join('--' + p for p in picks)}?" if picks else ""
+    if any(p.startswith(name) for p in picks):
+        hint += " Flags are never abbreviated."
+    return f"unknown flag --{name} in {source}{hint} ({PROG} --help lists them all)"
 
 
 class _Parser(argparse.ArgumentParser):
     def error(self, message: str):  # raise instead of exiting, so library callers can catch it
+        if message.startswith("argument "):  # "argument --x: expected one argument"
+            message = message[len("argument ") :]
+        flag, _, what = message.partition(": ")
+        if what == "expected one argument":
+            message = f"{flag}: needs a value ({flag}=VALUE)"
         raise ConfigError(message)
 
 
-def _add_flag(parser: argparse.ArgumentParser, flag: Flag) -> None:
-    kwargs: dict[str, Any] = dict(
-        default=argparse.SUPPRESS, help=f"{flag.help} (default: {flag.default})"
-    )
-    if flag.type is bool:
-        kwargs.update(type=str2bool, nargs="?", const=True)
-    elif flag.type is list:
-        kwargs.update(type=int, nargs="+")
-    else:
-        kwargs.update(type=flag.type)
+_FOREIGN_DEST = "sample_factory:"  # namespace prefix of the Sample Factory names
+
+
+def _metavar(flag: Flag) -> str:
     if flag.choices is not None:
-        kwargs["choices"] = flag.choices
+        return "{" + ",".join(str(c) for c in flag.choices) + "}"
+    if flag.type is list:
+        return "INT,..." if flag.item_type is int else "STR,..."
+    return {bool: "[BOOL]", int: "INT", float: "FLOAT"}.get(flag.type, "STR")
+
+
+def _add_flag(parser: argparse.ArgumentParser, flag: Flag) -> None:
+    # every value arrives as text and is converted by _coerce, as preset values are: one path,
+    # one set of messages
+    kwargs: dict[str, Any] = dict(default=argparse.SUPPRESS, type=str, metavar=_metavar(flag))
+    if flag.type is bool:
+        kwargs.update(nargs="?", const="True")
+    elif flag.type is list:
+        kwargs.update(nargs="*")
     parser.add_argument(f"--{flag.name}", **kwargs)
 
 
 def build_parser(flags: Iterable[Flag]) -> argparse.ArgumentParser:
-    parser = _Parser(prog="rl-pbt-train", description="APPO + Population Based Training")
+    parser = _Parser(prog=PROG, add_help=False, allow_abbrev=False)
     for flag in flags:
         _add_flag(parser, flag)
+    for foreign in FOREIGN_FLAGS:
+        parser.add_argument(
+            f"--{foreign.name}",
+            dest=_FOREIGN_DEST + foreign.name,
+            default=argparse.SUPPRESS,
+            nargs="?",
+            const="True",
+        )
     return parser
 
+
+# --- presets -------------------------------------------------------------------------------
 
 # file flags: a relative path in a preset is relative to the preset file
 PRESET_FILE_FLAGS = ("pbt_search_space", "policy_values")
 
 
+def file_kind(data: Any) -> str:
+    """What a JSON document in configs/ is: 'preset' (flag -> value), 'search_space'
+    (name -> entry object), 'policy_values' (a list, one object per policy) or 'other'."""
+    if isinstance(data, list):
+        return "policy_values"
+    if not isinstance(data, dict):
+        return "other"
+    entries = [v for k, v in data.items() if not k.startswith("_")]
+    objects = [v for v in entries if isinstance(v, dict)]
+    if not objects:
+        return "preset"
+    return "search_space" if len(objects) == len(entries) else "other"
+
+
+def _read_json(path: Path) -> Any:
+    with open(path) as f:
+        return json.load(f)
+
+
+def list_presets() -> list[str]:
+    """Names of the presets in configs/ (the other JSON files there are search spaces and
+    per-policy values, named by --pbt_search_space and --policy_values)."""
+    names = []
+    for path in sorted(CONFIGS_DIR.glob("*.json")) if CONFIGS_DIR.is_dir() else []:
+        try:
+            kind = file_kind(_read_json(path))
+        except (OSError, ValueError):
+            continue
+        if kind == "preset":
+            names.append(path.stem)
+    return names
+
+
+_NOT_A_PRESET = {
+    "search_space": ("a --pbt_search_space file", "pbt_search_space"),
+    "policy_values": ("a --policy_values file (one object per policy)", "policy_values"),
+}
+
+
 def load_preset(name_or_path: str) -> dict[str, Any]:
+    """The preset's flag values ('_'-prefixed keys dropped, file flags made absolute)."""
+    where = f"--preset={name_or_path}"
     path = Path(name_or_path)
     candidates = [path, CONFIGS_DIR / name_or_path, CONFIGS_DIR / f"{name_or_path}.json"]
-    for candidate in candidates:
-        if candidate.is_file():
-            with open(candidate) as f:
-                preset = json.load(f)
-            for key in PRESET_FILE_FLAGS:
-                value = preset.get(key)
-                if isinstance(value, str) and value and not os.path.isabs(value):
-                    preset[key] = str(candidate.resolve().parent / value)
-            return preset
-    known = sorted(p.stem for p in CONFIGS_DIR.glob("*.json")) if CONFIGS_DIR.is_dir() else []
-    raise ConfigError(f"--preset={name_or_path}: no such file; known presets: {', '.join(known)}")
-
-
-def _coerce(flag: Flag, value: Any) -> Any:
-    if value is None:
-        return None
+    found = next((c for c in candidates if c.is_file()), None)
+    if found is None:
+        known = list_presets()
+        raise ConfigError(
+            f"{where}: no such preset or file{did_you_mean(name_or_path, known, prefix='')}; "
+            f"presets: {', '.join(known) if known else '(none)'}"
+        )
     try:
-        if flag.type is bool:
-            return str2bool(value) if isinstance(value, str) else bool(value)
+        data = _read_json(found)
+    except ValueError as e:
+        raise ConfigError(f"{where}: {found} is not valid JSON ({e})") from None
+    except OSError as e:
+        raise ConfigError(f"{where}: cannot read {found} ({e.strerror})") from None
+    kind = file_kind(data)
+    if kind in _NOT_A_PRESET:
+        what, flag = _NOT_A_PRESET[kind]
+        raise ConfigError(f"{where}: {found} is {what}, not a preset; use --{flag}={found}")
+    if kind != "preset":
+        nested = (
+            [k for k, v in data.items() if isinstance(v, dict)] if isinstance(data, dict) else []
+        )
+        detail = f"key {nested[0]!r} holds an object" if nested else "not a JSON object"
+        raise ConfigError(f"{where}: {found}: {detail}; a preset maps flag names to values")
+    preset = {k: v for k, v in data.items() if not k.startswith("_")}  # "_comment"
+    for key in PRESET_FILE_FLAGS:
+        value = preset.get(key)
+        if isinstance(value, str) and value and not os.path.isabs(value):
+            preset[key] = str(found.resolve().parent / value)
+    return preset
+
+
+# --- values --------------------------------------------------------------------------------
+
+_EXPECTED = {bool: "true or false", int: "an integer", float: "a number", str: "a string"}
+
+
+def _expected(flag: Flag) -> str:
+    if flag.type is list:
+        item = "integers" if flag.item_type is int else "strings"
+        return f"a list of {item} (a,b or a b)"
+    return _EXPECTED.get(flag.type, flag.type.__name__)
+
+
+def _to_int(value: Any) -> int:
+    if isinstance(value, bool):
+        raise ValueError
+    if isinstance(value, int):
+        return value
+    if isinstance(value, str):
+        try:
+            return int(value)
+        except ValueError:
+            value = float(value)  # "1e6" is a fine way to write a step count
+    if isinstance(value, float) and value.is_integer():
+        return int(value)
+    raise ValueError
+
+
+def _to_float(value: Any) -> float:
+    if isinstance(value, bool) or not isinstance(value, (int, float, str)):
+        raise ValueError
+    return float(value)
+
+
+def _to_bool(value: Any) -> bool:
+    if isinstance(value, bool):
+        return value
+    if isinstance(value, int) and value in (0, 1):
+        return bool(value)
+    if isinstance(value, str):
+        return str2bool(value)
+    raise ValueError
+
+
+def _to_str(value: Any) -> str:
+    if not isinstance(value, str):
+        raise ValueError
+    return value
+
+
+def _to_list(value: Any, item_type: type) -> list:
+    items = value if isinstance(value, list) else [value]
+    out: list = []
+    for item in items:
+        parts = item.split(",") if isinstance(item, str) else [item]
+        for part in parts:
+            if isinstance(part, str):
+                part = part.strip()
+                if not part:
+                    continue
+            out.append(_to_int(part) if item_type is int else _to_str(part))
+    return out
+
+
+_CONVERT = {int: _to_int, float: _to_float, bool: _to_bool, str: _to_str}
+
+
+def _coerce(flag: Flag, value: Any, source: str = "the command line") -> Any:
+    """The value in the flag's type; a ConfigError naming flag, value, source and type."""
+    where = "" if source == "the command line" else f" (in {source})"
+    if value is None:
+        if flag.default is None:
+            return None
+        raise ConfigError(f"--{flag.name}=None{where}: expected {_expected(flag)}")
+    try:
         if flag.type is list:
-            return [int(x) for x in value]
-        if flag.type is int and isinstance(value, float) and not value.is_integer():
-            raise ValueError
-        return flag.type(value)
-    except (TypeError, ValueError, argparse.ArgumentTypeError) as e:
-        raise ConfigError(f"--{flag.name}={value!r}: expected {flag.type.__name__}") from e
+            return _to_list(value, flag.item_type)
+        return _CONVERT[flag.type](value)
+    except (TypeError, ValueError, OverflowError, argparse.ArgumentTypeError):
+        if flag.type is list and isinstance(value, list) and source == "the command line":
+            value = ",".join(value)  # as typed, not as argparse split it
+        raise ConfigError(f"--{flag.name}={value!r}{where}: expected {_expected(flag)}") from None
+
+
+def _normalised(value: Any) -> str:
+    text = str(value).strip().lower()
+    if text in _TRUE:
+        return "true"
+    return "false" if text in _FALSE else text
+
+
+def _foreign(foreign: ForeignFlag, value: Any, source: str, notes: list[str]) -> Optional[str]:
+    """Handle a Sample Factory name: the flag that takes its value here, or None (a note)."""
+    where = "" if source == "the command line" else f" (in {source})"
+    if foreign.renamed_to:
+        notes.append(f"--{foreign.name}{where} is Sample Factory's --{foreign.renamed_to}")
+        return foreign.renamed_to
+    allowed = [_normalised(a) for a in foreign.allowed or ()]
+    if foreign.allowed is not None and _normalised(value) not in allowed:
+        raise ConfigError(
+            f"--{foreign.name}={value!r}{where}: a Sample Factory flag; here "
+            f"{foreign.meaning}, so it accepts only {' or '.join(foreign.allowed)}"
+        )
+    notes.append(f"--{foreign.name}={value}{where} is a Sample Factory flag: {foreign.meaning}")
+    return None
 
 
 def parse_cfg(
@@ -148,48 +357,204 @@ def parse_cfg(
 ) -> Cfg:
     """Parse command-line style arguments into a validated Cfg.
 
-    `evaluation` skips training-only checks (used by enjoy/match scripts).
+    `--help[=TOPIC]` prints the grouped help and raises SystemExit(0). `evaluation` skips
+    training-only checks (used by enjoy/match scripts).
     """
     from rl_pbt.envs.registry import env_default_overrides, env_extra_flags  # avoid cycle
 
-    argv = list(argv) if argv is not None else None
+    argv = sys.argv[1:] if argv is None else list(argv)
     extra_flags = list(extra_flags)
+    topic = help_request(argv)
+    if topic is not None:
+        print(help_text(topic, argv, extra_flags))
+        raise SystemExit(0)
     # Pass 1: find the env, to learn its own flags and defaults.
-    first = build_parser(FLAGS + extra_flags)
-    first_ns, _ = first.parse_known_args(argv)
+    first_ns, _ = build_parser(FLAGS + extra_flags).parse_known_args(argv)
     preset_name = getattr(first_ns, "preset", None)
     preset = load_preset(preset_name) if preset_name else {}
     # the env may come from the preset: its flags and defaults apply all the same
     env_name = getattr(first_ns, "env", None) or preset.get("env")
+    env_name = env_name if isinstance(env_name, str) else None
     flags = FLAGS + extra_flags + (env_extra_flags(env_name) if env_name else [])
     by_name = {f.name: f for f in flags}
 
-    parser = build_parser(flags)
-    ns, unknown = parser.parse_known_args(argv)
+    ns, unknown = build_parser(flags).parse_known_args(argv)
     if unknown:
         name = unknown[0].lstrip("-").split("=", 1)[0]
         if unknown[0].startswith("--") and name:
             raise ConfigError(unknown_flag_message(name, by_name, "the command line"))
         raise ConfigError(f"unrecognized arguments: {' '.join(unknown)}")
-    cli = vars(ns)
+    cli = {k.replace(_FOREIGN_DEST, "", 1): v for k, v in vars(ns).items()}
 
-    values: dict[str, Any] = {f.name: f.default for f in flags}
+    values: dict[str, Any] = {f.name: copy.deepcopy(f.default) for f in flags}
     layers: list[tuple[str, dict[str, Any]]] = []
     if env_name:
-        layers.append(("env defaults", env_default_overrides(env_name)))
+        layers.append((f"the defaults of --env={env_name}", env_default_overrides(env_name)))
     if preset_name:
         layers.append((f"preset {preset_name}", preset))
-    layers.append(("command line", cli))
+    layers.append(("the command line", cli))
+    notes: list[str] = []
     for source, layer in layers:
         for key, value in layer.items():
+            if key not in by_name and key in FOREIGN_BY_NAME:
+                key = _foreign(FOREIGN_BY_NAME[key], value, source, notes)
+                if key is None:
+                    continue
             if key not in by_name:
                 raise ConfigError(unknown_flag_message(key, by_name, source))
-            values[key] = _coerce(by_name[key], value)
+            values[key] = _coerce(by_name[key], value, source)
+    for note in notes:
+        print(f"note: {note}", file=sys.stderr)
 
     cfg = Cfg(values)
     validate(cfg, flags, evaluation=evaluation)
     return cfg
 
+
+# --- help ----------------------------------------------------------------------------------
+
+HELP_WIDTH = 100
+_HELP_INDENT = 32
+
+
+def help_request(argv: list[str]) -> Optional[str]:
+    """The help topic asked for ('all' for a plain --help), or None."""
+    for i, token in enumerate(argv):
+        if token in ("-h", "--help"):
+            following = argv[i + 1] if i + 1 < len(argv) else ""
+            return following.lower() if following and not following.startswith("-") else "all"
+        if token.startswith("--help="):
+            return token.split("=", 1)[1].strip().lower() or "all"
+    return None
+
+
+def _given(argv: list[str], name: str) -> Optional[str]:
+    """The last value of --NAME in argv (either form), read without parsing the rest."""
+    found = None
+    for i, token in enumerate(argv):
+        if token.startswith(f"--{name}="):
+            found = token.split("=", 1)[1]
+        elif token == f"--{name}" and i + 1 < len(argv):
+            found = argv[i + 1]
+    return found
+
+
+def _shown(value: Any) -> str:
+    if value == "":
+        return '""'
+    if isinstance(value, list):
+        return ",".join(str(v) for v in value) if value else "(empty)"
+    return str(value)
+
+
+def _flag_lines(flag: Flag) -> list[str]:
+    head = f"  --{flag.name} {_metavar(flag)}"
+    text = f"{flag.help} (default: {_shown(flag.default)})"
+    body = textwrap.wrap(text, HELP_WIDTH - _HELP_INDENT) or [""]
+    pad = " " * _HELP_INDENT
+    if len(head) < _HELP_INDENT - 1:
+        return [head.ljust(_HELP_INDENT) + body[0]] + [pad + line for line in body[1:]]
+    return [head] + [pad + line for line in body]
+
+
+def _section(title: str, key: str, flags: list[Flag], extra: Iterable[str] = ()) -> list[str]:
+    lines = [f"{title} (--help={key}):"]
+    for flag in flags:
+        lines += _flag_lines(flag)
+    for text in extra:
+        lines += textwrap.wrap(text, HELP_WIDTH, initial_indent="  ", subsequent_indent="  ")
+    return lines + [""]
+
+
+def _env_section(env_name: Optional[str], flags: list[Flag]) -> list[str]:
+    from rl_pbt.envs.registry import env_default_overrides, env_extra_flags, registered_envs
+
+    if not env_name:
+        with_flags = [n for n in registered_envs() if env_extra_flags(n)]
+        text = f"shown with --env=NAME: {PROG} --help=env --env=NAME" + (
+            f" (envs with flags of their own: {', '.join(with_flags)})" if with_flags else ""
+        )
+        return _section(HELP_GROUPS["env"], "env", flags, [text])
+    overrides = env_default_overrides(env_name)
+    extra = []
+    if overrides:
+        changed = ", ".join(f"{k}={_shown(v)}" for k, v in sorted(overrides.items()))
+        extra.append(f"--env={env_name} changes these defaults: {changed}")
+    own = env_extra_flags(env_name) + flags
+    if not own:
+        extra.insert(0, f"--env={env_name} has no flags of its own")
+    return _section(f"flags of --env={env_name}", "env", own, extra)
+
+
+def _foreign_section() -> list[str]:
+    lines = [
+        "Sample Factory flags with no flag of their own here (--help=sample_factory): accepted "
+        "with a note so that ported commands run"
+    ]
+    lines = textwrap.wrap(lines[0], HELP_WIDTH)
+    for f in FOREIGN_FLAGS:
+        accepts = f"={'|'.join(f.allowed)}" if f.allowed else ""
+        meaning = f"use --{f.renamed_to}" if f.renamed_to else f.meaning
+        head = f"  --{f.name}{accepts}"
+        body = textwrap.wrap(meaning, HELP_WIDTH - _HELP_INDENT)
+        pad = " " * _HELP_INDENT
+        if len(head) < _HELP_INDENT - 1:
+            lines += [head.ljust(_HELP_INDENT) + body[0]] + [pad + b for b in body[1:]]
+        else:
+            lines += [head] + [pad + b for b in body]
+    return lines + [""]
+
+
+def help_topics() -> list[str]:
+    return ["all", *HELP_GROUPS, "sample_factory"]
+
+
+def help_text(topic: str, argv: list[str] = (), extra_flags: Iterable[Flag] = ()) -> str:
+    """The help for one topic (a HELP_GROUPS key, 'sample_factory' or 'all'); env flags
+    appear when argv names an env (--env, or a preset's env)."""
+    from rl_pbt.envs.registry import is_known_env, unknown_env_message
+
+    topic = HELP_ALIASES.get(topic, topic)
+    if topic not in help_topics():
+        raise ConfigError(f"--help={topic}: unknown topic; topics: {', '.join(help_topics())}")
+    argv = list(argv)
+    env_name = _given(argv, "env")
+    preset_name = _given(argv, "preset")
+    if not env_name and preset_name:
+        env_name = load_preset(preset_name).get("env")
+    if env_name and not is_known_env(env_name):
+        raise ConfigError(unknown_env_message(env_name))
+    flags = FLAGS + list(extra_flags)
+    lines: list[str] = []
+    if topic == "all":
+        lines += [
+            f"usage: {PROG} --env=NAME [--flag=value ...]",
+            f"       {PROG} --help[=TOPIC] [--env=NAME]",
+            f"topics: {', '.join(help_topics())}",
+            "",
+            "APPO with Population Based Training and self-play on one machine.",
+            *textwrap.wrap(
+                "Bool flags take --flag or --flag=True/False; list flags take a,b or a b; flags "
+                "are never abbreviated. Precedence: defaults < env defaults < --preset < "
+                f"command line. Presets: {', '.join(list_presets()) or '(none)'}.",
+                HELP_WIDTH,
+            ),
+            "",
+        ]
+    for key, title in HELP_GROUPS.items():
+        if topic not in ("all", key):
+            continue
+        members = [f for f in flags if f.group == key]
+        lines += _env_section(env_name, members) if key == "env" else _section(title, key, members)
+    others = [f for f in flags if f.group not in HELP_GROUPS]
+    if topic == "all" and others:
+        lines += _section("other", "all", others)
+    if topic in ("all", "sample_factory"):
+        lines += _foreign_section()
+    return "\n".join(lines).rstrip() + "\n"
+
+
+# --- validation ----------------------------------------------------------------------------
 
 # what PBT and --policy_values may set per policy: values a learner changes while it runs,
 # and reward-shaping leaves
@@ -200,26 +565,65 @@ def is_tunable(name: str) -> bool:
     return name in TUNED_HPARAMS or is_shaping_key(name)
 
 
+def _is_number(v: Any) -> bool:
+    return isinstance(v, (int, float)) and not isinstance(v, bool)
+
+
+def _entry_problem(entry: Any) -> Optional[str]:
+    """What in one search-space entry is of the wrong type (the rest is ParamSpec's job)."""
+    if not isinstance(entry, dict):
+        return f'expected an object such as {{"type": "log_float", "low": 1e-5}}, got {entry!r}'
+    for side in ("low", "high"):
+        if entry.get(side) is not None and not _is_number(entry[side]):
+            return f"{side}={entry[side]!r} is not a number"
+    kind = entry.get("type", "float")
+    if kind not in KINDS:
+        return f"type {kind!r} is not one of {list(KINDS)}"
+    if "values" in entry and not isinstance(entry["values"], list):
+        return f"values={entry['values']!r} is not a list"
+    for key in ("discount_like", "keep_sign", "tune"):
+        if key in entry and not isinstance(entry[key], bool):
+            return f"{key}={entry[key]!r} must be true or false"
+    return None
+
+
 def check_search_space_file(path: str) -> None:
     """--pbt_search_space: the file parses, and every learning value it tunes is one a learner
     can change while it runs (reward-shaping leaves, `rew.*`, are checked against the env)."""
+    where = f"--pbt_search_space={path!r}"
     if not os.path.isfile(path):
-        raise ConfigError(f"--pbt_search_space={path!r}: no such file")
+        raise ConfigError(f"{where}: no such file")
     try:
-        specs = load_search_space_file(path)
-    except (ValueError, OSError) as e:  # json.JSONDecodeError is a ValueError
-        raise ConfigError(f"--pbt_search_space={path!r}: {e}") from e
-    for name, spec in specs.items():
-        if spec.tuned and not is_tunable(name):
-            raise ConfigError(
-                f"--pbt_search_space={path!r}: entry {name!r} cannot be tuned while a learner "
-                f"runs; PBT can tune {TUNABLE_TEXT}"
-            )
-        flag = FLAGS_BY_NAME.get(name)
-        if spec.tuned and flag is not None:
-            problem = search_space_problem(spec, flag)
-            if problem:
-                raise ConfigError(f"--pbt_search_space={path!r}: entry {name!r} {problem}")
+        data = _read_json(Path(path))
+    except ValueError as e:  # json.JSONDecodeError and UnicodeDecodeError are ValueErrors
+        raise ConfigError(f"{where}: not valid JSON ({e})") from None
+    except OSError as e:
+        raise ConfigError(f"{where}: cannot read it ({e.strerror})") from None
+    if not isinstance(data, dict):
+        raise ConfigError(f"{where}: a search space is a JSON object of name -> entry")
+    for name, entry in data.items():
+        if name.startswith("_"):  # "_comment"
+            continue
+        problem = _entry_problem(entry)
+        if problem:
+            raise ConfigError(f"{where}: entry {name!r}: {problem}")
+        try:
+            spec = spec_from_dict(name, entry)
+        except (ValueError, TypeError, OverflowError) as e:
+            raise ConfigError(f"{where}: {e}") from None
+        problem = _tuning_problem(name, spec)
+        if problem:
+            raise ConfigError(f"{where}: entry {name!r} {problem}")
+
+
+def _tuning_problem(name: str, spec: ParamSpec) -> Optional[str]:
+    if not spec.tuned:
+        return None
+    if not is_tunable(name):
+        hint = did_you_mean(name, TUNED_HPARAMS, prefix="")
+        return f"cannot be tuned while a learner runs{hint}; PBT can tune {TUNABLE_TEXT}"
+    flag = FLAGS_BY_NAME.get(name)
+    return search_space_problem(spec, flag) if flag is not None else None
 
 
 def _reach(spec: ParamSpec) -> list[tuple[Any, str]]:
@@ -253,9 +657,26 @@ def search_space_problem(spec: ParamSpec, flag: Flag) -> Optional[str]:
     return None
 
 
-def validate(cfg: Cfg, flags: Iterable[Flag] = FLAGS, evaluation: bool = False) -> None:
-    from rl_pbt.envs.registry import is_known_env, known_envs_message
+def check_train_dir(cfg: Cfg) -> None:
+    """The experiment folder can be made (or is a folder already) and written to; checked
+    before anything is written, so a bad path is one line, not a traceback mid-start."""
+    exp_dir = experiment_dir(cfg)
+    flag = f"--train_dir={cfg.train_dir!r}"
+    if os.path.exists(cfg.train_dir) and not os.path.isdir(cfg.train_dir):
+        raise ConfigError(f"{flag}: is a file, not a folder")
+    if os.path.lexists(exp_dir) and not os.path.isdir(exp_dir):
+        what = "a file" if os.path.isfile(exp_dir) else "a broken link"
+        raise ConfigError(f"--experiment={cfg.experiment!r}: {exp_dir} is {what}, not a folder")
+    existing = os.path.abspath(exp_dir)
+    while not os.path.exists(existing) and os.path.dirname(existing) != existing:
+        existing = os.path.dirname(existing)
+    if not os.path.isdir(existing):
+        raise ConfigError(f"{flag}: {existing} is a file, so no folder can be made inside it")
+    if not os.access(existing, os.W_OK | os.X_OK):
+        raise ConfigError(f"{flag}: {existing} is not writable; give a folder you can write to")
 
+
+def _check_flag_values(cfg: Cfg, flags: Iterable[Flag]) -> None:
     for flag in flags:
         value = getattr(cfg, flag.name)
         if value is None:
@@ -263,18 +684,17 @@ def validate(cfg: Cfg, flags: Iterable[Flag] = FLAGS, evaluation: bool = False) 
         if flag.type is float and not math.isfinite(value):
             raise ConfigError(f"--{flag.name}={value!r}: must be finite")
         if flag.choices is not None and value not in flag.choices:
-            raise ConfigError(f"--{flag.name}={value!r}: allowed values are {list(flag.choices)}")
+            hint = did_you_mean(str(value).lower(), [str(c) for c in flag.choices], prefix="")
+            raise ConfigError(
+                f"--{flag.name}={value!r}: allowed values are {list(flag.choices)}{hint}"
+            )
         if flag.check is not None:
             problem = flag.check(value)
             if problem:
                 raise ConfigError(f"--{flag.name}={value!r}: {problem}")
 
-    if cfg.env is None:
-        raise ConfigError("--env is required: " + known_envs_message())
-    if not is_known_env(cfg.env):
-        raise ConfigError(f"--env={cfg.env!r}: unknown env; " + known_envs_message(cfg.env))
-    if evaluation:
-        return
+
+def _check_cross_flags(cfg: Cfg) -> None:
     if cfg.num_envs_per_worker % cfg.worker_num_splits != 0:
         raise ConfigError(
             f"--num_envs_per_worker={cfg.num_envs_per_worker} must be a multiple of "
@@ -289,10 +709,18 @@ def validate(cfg: Cfg, flags: Iterable[Flag] = FLAGS, evaluation: bool = False) 
         rec = recurrence(cfg)
         if cfg.rollout % rec != 0:
             raise ConfigError(f"--recurrence={cfg.recurrence} must divide --rollout={cfg.rollout}")
+    if cfg.device == "gpu" and cfg.num_gpus == 0:
+        raise ConfigError("--device=gpu with --num_gpus=0: use --device=cpu, or num_gpus > 0")
     if cfg.pbt_perturb_max < cfg.pbt_perturb_min:
         raise ConfigError(
             f"--pbt_perturb_max={cfg.pbt_perturb_max} must be >= "
             f"--pbt_perturb_min={cfg.pbt_perturb_min}"
+        )
+    ttest = cfg.with_pbt and cfg.pbt_exploit == "ttest"
+    if ttest and cfg.pbt_ttest_min_episodes > cfg.pbt_objective_window:
+        raise ConfigError(
+            f"--pbt_ttest_min_episodes={cfg.pbt_ttest_min_episodes} must be <= "
+            f"--pbt_objective_window={cfg.pbt_objective_window} (the t-test reads that window)"
         )
     vs_snapshots = cfg.pbt_target_objective == "vs_snapshots"
     if cfg.with_pbt and vs_snapshots and cfg.selfplay_snapshot_prob <= 0:
@@ -304,6 +732,9 @@ def validate(cfg: Cfg, flags: Iterable[Flag] = FLAGS, evaluation: bool = False) 
         raise ConfigError(
             f"--with_pbt needs a population: --num_policies={cfg.num_policies} must be >= 2"
         )
+
+
+def _check_files(cfg: Cfg) -> None:
     if cfg.pbt_replay_lineage:
         if not os.path.isfile(cfg.pbt_replay_lineage):
             raise ConfigError(f"--pbt_replay_lineage={cfg.pbt_replay_lineage!r}: no such file")
@@ -321,6 +752,28 @@ def validate(cfg: Cfg, flags: Iterable[Flag] = FLAGS, evaluation: bool = False) 
             raise ConfigError(
                 "--policy_values and --pbt_replay_lineage both set the starting values: use one"
             )
+    if cfg.with_wandb:
+        import importlib.util
+
+        if importlib.util.find_spec("wandb") is None:
+            raise ConfigError(
+                '--with_wandb needs the wandb package: pip install -e ".[wandb]" (or drop the flag)'
+            )
+
+
+def validate(cfg: Cfg, flags: Iterable[Flag] = FLAGS, evaluation: bool = False) -> None:
+    from rl_pbt.envs.registry import is_known_env, known_envs_message, unknown_env_message
+
+    _check_flag_values(cfg, flags)
+    if cfg.env is None:
+        raise ConfigError("--env is required: " + known_envs_message())
+    if not is_known_env(cfg.env):
+        raise ConfigError(unknown_env_message(cfg.env))
+    if evaluation:
+        return
+    _check_cross_flags(cfg)
+    _check_files(cfg)
+    check_train_dir(cfg)
 
 
 def recurrence(cfg: Cfg) -> int:

@@ -13,8 +13,8 @@ import math
 import os
 from typing import Any, Mapping, Optional
 
-from rl_pbt.config.flags import FLAGS_BY_NAME
-from rl_pbt.config.parse import TUNABLE_TEXT, ConfigError, is_tunable
+from rl_pbt.config.flags import FLAGS_BY_NAME, TUNED_HPARAMS
+from rl_pbt.config.parse import TUNABLE_TEXT, ConfigError, did_you_mean, is_tunable
 from rl_pbt.pbt.search_space import is_shaping_key
 
 FLAG = "--policy_values"
@@ -33,8 +33,10 @@ def load_policy_values(path: str, num_policies: int) -> list[dict[str, float]]:
     try:
         with open(path) as f:
             data = json.load(f)
-    except json.JSONDecodeError as e:
+    except ValueError as e:  # json.JSONDecodeError, or bytes that are not text
         raise ConfigError(f"{where}: not valid JSON ({e})") from None
+    except OSError as e:
+        raise ConfigError(f"{where}: cannot read it ({e.strerror})") from None
     if not isinstance(data, list):
         raise ConfigError(f"{where}: expected a JSON list with one object per policy")
     if len(data) != num_policies:
@@ -53,10 +55,16 @@ def _policy_entry(where: str, p: int, entry: Any) -> dict[str, float]:
         if key.startswith("_"):  # "_label", "_comment"
             continue
         if not is_tunable(key):
-            raise ConfigError(f"{where}: policy {p}: unknown key {key!r}; allowed: {TUNABLE_TEXT}")
+            hint = did_you_mean(key, TUNED_HPARAMS, prefix="")
+            raise ConfigError(
+                f"{where}: policy {p}: unknown key {key!r}{hint}; allowed: {TUNABLE_TEXT}"
+            )
         if isinstance(value, bool) or not isinstance(value, (int, float)):
             raise ConfigError(f"{where}: policy {p}: {key}={value!r} is not a number")
-        value = float(value)
+        try:
+            value = float(value)
+        except OverflowError:  # an integer too large for a float
+            value = math.inf
         if not math.isfinite(value):
             raise ConfigError(f"{where}: policy {p}: {key}={value!r} is not finite")
         flag = FLAGS_BY_NAME.get(key)

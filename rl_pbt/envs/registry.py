@@ -7,6 +7,7 @@ spawned processes can re-create envs; `envs/` integrations register themselves o
 from __future__ import annotations
 
 import difflib
+import importlib.util
 from dataclasses import dataclass, field
 from typing import Any, Callable, Optional
 
@@ -81,6 +82,40 @@ def known_envs_message(name: Optional[str] = None) -> str:
     return msg
 
 
+# Env families that need an optional install: (name prefix, module, how to install it). An
+# integration registers its names only when its package imports, so without the package a
+# name of the family would read as a typo; the message names the install instead.
+_OPTIONAL_FAMILIES: list[tuple[str, str, str]] = [
+    ("doom_", "vizdoom", 'pip install -e ".[doom]"'),
+]
+
+
+def register_optional_env_family(prefix: str, module: str, install: str) -> None:
+    """Env names starting with `prefix` need `module`; when it is missing, asking for one
+    says `install` (e.g. 'pip install -e ".[doom]"') instead of 'unknown env'."""
+    entry = (prefix, module, install)
+    if entry not in _OPTIONAL_FAMILIES:
+        _OPTIONAL_FAMILIES.append(entry)
+
+
+def _module_missing(module: str) -> bool:
+    try:
+        return importlib.util.find_spec(module) is None
+    except (ImportError, ValueError):  # a parent package that fails, or a stubbed-out module
+        return True
+
+
+def unknown_env_message(name: str) -> str:
+    """Why `name` is no env here: the package its family needs, or the known names."""
+    for prefix, module, install in _OPTIONAL_FAMILIES:
+        if name.startswith(prefix) and _module_missing(module):
+            return (
+                f"--env={name}: the {prefix}* envs need the {module} package, which is not "
+                f"installed: {install}"
+            )
+    return f"--env={name!r}: unknown env; " + known_envs_message(name)
+
+
 def env_extra_flags(name: str) -> list[Flag]:
     entry = _REGISTRY.get(name)
     return list(entry.extra_flags) if entry else []
@@ -115,7 +150,7 @@ def make_env(name: str, cfg: Any, env_config: dict, render_mode: Optional[str] =
         import gymnasium
 
         return gymnasium.make(name, render_mode=render_mode)
-    raise ValueError(f"unknown env {name!r}; " + known_envs_message(name))
+    raise ValueError(unknown_env_message(name))
 
 
 def has_batched_env(name: str) -> bool:

@@ -4,7 +4,8 @@ import os
 import pytest
 
 from rl_pbt import ConfigError, parse_cfg
-from rl_pbt.config.flags import FLAGS
+from rl_pbt.config.flags import FLAGS, FOREIGN_FLAGS, HELP_GROUPS
+from rl_pbt.config.parse import CONFIGS_DIR, help_text, list_presets
 
 
 def test_bool_flags_both_forms():
@@ -155,3 +156,207 @@ def test_search_space_entries_are_checked_at_parse_time(tmp_path):
         )
     )
     assert parse_cfg(base + [f"--pbt_search_space={fine}"]).pbt_search_space == str(fine)
+
+
+# --- strict, friendly command line ---------------------------------------------------------
+
+BASE = ["--env=CartPole-v1"]
+
+
+@pytest.mark.parametrize(
+    "arg, full",
+    [
+        ("--num_env=4", "--num_envs_per_worker"),
+        ("--num_pol=2", "--num_policies"),
+        ("--learning", "--learning_rate"),
+        ("--with_pb", "--with_pbt"),
+    ],
+)
+def test_abbreviations_are_refused_with_the_full_name(arg, full):
+    with pytest.raises(ConfigError) as err:
+        parse_cfg(BASE + [arg])
+    text = str(err.value)
+    assert f"unknown flag --{arg[2:].split('=')[0]} " in text and f"did you mean {full}" in text
+    assert "never abbreviated" in text and "\n" not in text
+
+
+def test_sample_factory_names_are_accepted_with_a_note(capsys):
+    cfg = parse_cfg(BASE + ["--algo=APPO", "--rnn_type", "GRU", "--async_rl", "--wandb_user=me"])
+    err = capsys.readouterr().err
+    assert "--algo=APPO" in err and "always APPO" in err and "--rnn_type=GRU" in err
+    assert "--async_rl" in err and "--wandb_user" in err and "--wandb_entity" in err
+    assert cfg.wandb_entity == "me"
+    assert not any(hasattr(cfg, f.name) for f in FOREIGN_FLAGS)  # nothing foreign is kept
+    assert len(err.strip().splitlines()) == 4  # one line each
+
+
+@pytest.mark.parametrize(
+    "arg, words",
+    [
+        ("--algo=PPO", ["--algo='PPO'", "APPO"]),
+        ("--rnn_type=lstm", ["--rnn_type='lstm'", "GRU", "gru"]),
+        ("--async_rl=False", ["--async_rl='False'", "True"]),
+        ("--rnn_num_layers=2", ["--rnn_num_layers='2'", "1"]),
+    ],
+)
+def test_sample_factory_values_this_trainer_does_not_honour_are_refused(arg, words):
+    with pytest.raises(ConfigError) as err:
+        parse_cfg(BASE + [arg])
+    for w in words:
+        assert w in str(err.value)
+
+
+def test_foreign_names_do_not_shadow_real_flags():
+    real = {f.name for f in FLAGS}
+    assert not real & {f.name for f in FOREIGN_FLAGS}
+    for f in FOREIGN_FLAGS:
+        assert f.renamed_to is None or f.renamed_to in real
+
+
+def test_wandb_flags(tmp_path):
+    cfg = parse_cfg(BASE)
+    assert (cfg.with_wandb, cfg.wandb_project, cfg.wandb_entity) == (False, "rl_pbt", None)
+    assert cfg.wandb_group is None and cfg.wandb_tags == []
+    comma = parse_cfg(BASE + ["--wandb_tags=pbt, arena", "--wandb_group=g", "--wandb_entity=lab"])
+    spaced = parse_cfg(BASE + ["--wandb_tags", "pbt", "arena"])
+    assert comma.wandb_tags == spaced.wandb_tags == ["pbt", "arena"]
+    assert (comma.wandb_group, comma.wandb_entity) == ("g", "lab")
+    preset = tmp_path / "p.json"
+    preset.write_text(json.dumps({"env": "CartPole-v1", "wandb_tags": "a,b", "with_wandb": True}))
+    from_preset = parse_cfg([f"--preset={preset}"])
+    assert from_preset.wandb_tags == ["a", "b"] and from_preset.with_wandb is True
+    assert parse_cfg(BASE).wandb_tags is not parse_cfg(BASE).wandb_tags  # no shared default
+
+
+def test_step_counts_may_be_written_in_scientific_notation():
+    cfg = parse_cfg(BASE + ["--train_for_env_steps=2e6", "--encoder_mlp_layers=64,32"])
+    assert cfg.train_for_env_steps == 2_000_000 and isinstance(cfg.train_for_env_steps, int)
+    assert cfg.encoder_mlp_layers == [64, 32]
+    with pytest.raises(ConfigError, match=r"--train_for_env_steps='2.5e0': expected an integer"):
+        parse_cfg(BASE + ["--train_for_env_steps=2.5e0"])
+
+
+def test_every_flag_with_a_value_has_a_check():
+    """bool flags are checked by their conversion; every other flag has a check or choices."""
+    for f in FLAGS:
+        assert f.type is bool or f.check is not None or f.choices is not None, f.name
+        assert f.group in HELP_GROUPS, f.name
+
+
+# --- presets -------------------------------------------------------------------------------
+def test_only_real_presets_are_listed():
+    presets = list_presets()
+    assert {"arena_pbt_demo", "cartpole_benchmark", "lure_pbt"} <= set(presets)
+    for other in ("arena_hunter_start", "shaping_only", "pbt_search_space_example"):
+        assert other not in presets
+
+
+@pytest.mark.parametrize("name", list_presets())
+def test_every_listed_preset_parses(name, tmp_path):
+    import envs  # noqa: F401  (the presets name built-in envs)
+
+    cfg = parse_cfg([f"--preset={name}", f"--train_dir={tmp_path}"])
+    assert cfg.env and cfg.preset == name
+
+
+@pytest.mark.parametrize(
+    "name, flag",
+    [("arena_hunter_start", "--policy_values="), ("shaping_only", "--pbt_search_space=")],
+)
+def test_files_that_are_not_presets_say_what_they_are(name, flag):
+    with pytest.raises(ConfigError) as err:
+        parse_cfg([f"--preset={name}"])
+    text = str(err.value)
+    assert f"--preset={name}" in text and "not a preset" in text
+    assert flag + str(CONFIGS_DIR / f"{name}.json") in text
+
+
+def test_unknown_preset_lists_real_presets_with_a_suggestion():
+    with pytest.raises(ConfigError) as err:
+        parse_cfg(BASE + ["--preset=lure_pb"])
+    text = str(err.value)
+    assert "did you mean lure_pbt?" in text and "cartpole_benchmark" in text
+    assert "shaping_only" not in text and "arena_hunter_start" not in text
+
+
+def test_comment_keys_in_a_preset_are_ignored(tmp_path):
+    preset = tmp_path / "p.json"
+    preset.write_text(json.dumps({"_comment": "a note", "env": "CartPole-v1", "rollout": 16}))
+    assert parse_cfg([f"--preset={preset}", "--batch_size=64"]).rollout == 16
+
+
+# --- help ----------------------------------------------------------------------------------
+def run_help(argv, capsys):
+    with pytest.raises(SystemExit) as done:
+        parse_cfg(argv)
+    assert done.value.code == 0
+    return capsys.readouterr().out
+
+
+def test_help_is_grouped_and_shows_defaults(capsys):
+    out = run_help(["--help"], capsys)
+    titles = [f"{title} (--help={key}):" for key, title in HELP_GROUPS.items()]
+    positions = [out.index(t) for t in titles]
+    assert positions == sorted(positions)  # in topic order
+    assert "--learning_rate FLOAT" in out and "(default: 0.0001)" in out
+    assert "--wandb_project STR" in out and "(default: rl_pbt)" in out
+    assert "--help=env --env=NAME" in out  # how to see env flags
+    assert "--algo=APPO" in out  # the Sample Factory names
+
+
+@pytest.mark.parametrize("argv", [["--help=pbt"], ["--help", "pbt"], ["-h", "PBT"]])
+def test_help_for_one_topic(argv, capsys):
+    out = run_help(argv, capsys)
+    assert "--pbt_mutation_rate" in out and "--with_pbt" in out
+    assert "--learning_rate" not in out and "--num_workers" not in out
+
+
+def test_help_with_an_env_shows_its_flags(capsys):
+    import envs  # noqa: F401
+
+    out = run_help(["--help", "--env=arena_duel"], capsys)
+    assert "flags of --env=arena_duel" in out and "--arena_episode_steps INT" in out
+    assert "encoder_mlp_layers=128,128" in out  # the defaults the env changes
+    assert "--arena_episode_steps" not in run_help(["--help"], capsys)
+
+
+def test_help_with_an_unknown_topic_lists_the_topics():
+    with pytest.raises(ConfigError) as err:
+        parse_cfg(["--help=ppo"])
+    text = str(err.value)
+    assert "--help=ppo" in text and "\n" not in text
+    for key in HELP_GROUPS:
+        assert key in text
+
+
+def test_help_ends_with_a_newline_and_keeps_lines_short():
+    for line in help_text("all").splitlines():
+        assert len(line) <= 100, line
+
+
+# --- console scripts -----------------------------------------------------------------------
+def test_console_scripts_resolve_to_functions_taking_argv():
+    import ast
+    import importlib
+    import inspect
+    from pathlib import Path
+
+    tree = ast.parse((Path(__file__).resolve().parents[2] / "setup.py").read_text())
+    strings = [n.value for n in ast.walk(tree) if isinstance(n, ast.Constant)]
+    scripts = [s for s in strings if isinstance(s, str) and "=launch." in s]
+    names = {s.split("=")[0] for s in scripts}
+    assert {"rl-pbt-train", "rl-pbt-report", "rl-pbt-replay"} <= names
+    for script in scripts:
+        module, func = script.split("=")[1].split(":")
+        main = getattr(importlib.import_module(module), func)
+        assert "argv" in inspect.signature(main).parameters, script
+
+
+def test_report_and_replay_take_argv_and_fail_cleanly(tmp_path, capsys):
+    from launch.replay import main as replay
+    from launch.report import main as report
+
+    assert report(["--experiment=nope", f"--train_dir={tmp_path}"]) == 2
+    assert replay(["--from_experiment=nope", "--policy=0", f"--train_dir={tmp_path}"]) == 2
+    lines = capsys.readouterr().err.strip().splitlines()
+    assert len(lines) == 2 and all("nope" in line for line in lines)
