@@ -5,7 +5,8 @@ For each (workload, policies, inference) it runs `python -m launch.train ... --i
 
 - env frames/s: median of the status windows in the second half of the run (summary.json);
 - learner samples/s: samples the learners trained on per second (the policies' trained env
-  steps of the status lines, divided by the frameskip), over the second half of the run;
+  steps in its scalar log stats/scalars.jsonl, divided by the frameskip), over the second
+  half of the run;
 - infer batch: mean number of actors per forward pass of the inference processes
   (summary.json `inference_batch_size`; n/a when the run wrote none, as local inference does);
 - GPU MiB: peak GPU memory of the training process tree (needs `pip install nvidia-ml-py` and
@@ -36,7 +37,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import re
 import shlex
 import signal
 import subprocess
@@ -50,6 +50,7 @@ from typing import Optional
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from benchmarks.throughput import ROOT, process_tree, raw_env_rate, tree_uss_mb  # noqa: E402
+from rl_pbt.logging.files import scalars_path  # noqa: E402
 
 # workload key -> (env name, flags of the training run and of its raw ceiling)
 WORKLOADS: dict[str, tuple[str, list[str]]] = {
@@ -73,8 +74,6 @@ WORKLOADS: dict[str, tuple[str, list[str]]] = {
     "CartPole-v1": ("CartPole-v1", ["--batch_size=512"]),
 }
 
-STATUS_RE = re.compile(r"^\s*\d+s\s+\d+ fps\s+frames [\d,]+")
-STEPS_RE = re.compile(r"\bp\d+: .*?\bsteps ([\d,]+)")
 STARTUP_GRACE_S = 240  # start-up and shutdown time a run may take beyond --seconds
 
 
@@ -169,11 +168,22 @@ def learner_rate(status: list[tuple[float, int]], frameskip: int) -> Optional[fl
     return (end[1] - start[1]) / (end[0] - start[0]) / frameskip
 
 
-def _status_points(lines: list[tuple[float, str]]) -> list[tuple[float, int]]:
-    points = []
-    for t, line in lines:
-        if STATUS_RE.match(line):
-            points.append((t, sum(int(s.replace(",", "")) for s in STEPS_RE.findall(line))))
+def _scalar_points(exp_dir: str) -> list[tuple[float, int]]:
+    """(time, trained env steps of all policies) at each summary write of the run's scalar
+    log (stats/scalars.jsonl: one line per policy and write)."""
+    latest: dict[int, int] = {}
+    points: list[tuple[float, int]] = []
+    try:
+        with open(scalars_path(exp_dir)) as f:
+            for line in f:
+                try:
+                    rec = json.loads(line)
+                    latest[int(rec["policy"])] = int(rec["env_steps"])
+                    points.append((float(rec["time"]), sum(latest.values())))
+                except (ValueError, KeyError, TypeError):
+                    continue  # a torn last line
+    except FileNotFoundError:
+        return []
     return points
 
 
@@ -252,7 +262,7 @@ def train_run(cmd: list[str], exp_dir: str, seconds: int, gpu: GpuMemory) -> Run
             frameskip = int(json.load(f).get("env_frameskip", 1))
     res.fps = summary.get("fps_median_second_half")
     res.inference_batch = summary.get("inference_batch_size")
-    res.status_lines = _status_points(out_lines)
+    res.status_lines = _scalar_points(exp_dir)
     res.samples_per_s = learner_rate(res.status_lines, frameskip)
     return res
 
@@ -315,6 +325,7 @@ def command(args, key: str, n: int, inference: str, train_dir: str, exp: str) ->
         f"--device={args.device}",
         f"--train_for_seconds={args.seconds}",
         f"--status_interval={status_interval}",
+        f"--experiment_summaries_interval={max(1, round(status_interval))}",
         "--restart_behavior=overwrite",
         "--save_every_sec=100000",
         f"--train_dir={train_dir}",

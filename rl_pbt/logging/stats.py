@@ -1,20 +1,59 @@
 """Population statistics in the runner: recent episodes per policy, frame rates, the console
-status line and TensorBoard summaries (tensorboardX, one writer per policy).
+status block (text from progress.py) and the scalar summaries. One dict of scalars per policy
+and summary period (`scalars`) goes to TensorBoard (tensorboardX, one writer per policy),
+stats/scalars.jsonl and, with --with_wandb, to Weights & Biases (wandb_log.py).
 """
 
 from __future__ import annotations
 
 import collections
+import json
+import math
+import os
+import sys
 import time
 from typing import Any, Optional
 
 import numpy as np
 
-from rl_pbt.logging.files import summary_dir
+from rl_pbt.logging import progress
+from rl_pbt.logging.files import scalars_path, summary_dir
+
+PROGRESS_SAMPLE_S = 1.0  # spacing of the (time, steps) samples behind the ETA
+ETA_WINDOW_S = 60.0  # the ETA follows the rate of the last minute
+NO_TIME_LIMIT = 10**9  # --train_for_seconds at or above this (its default is 1e10): no limit
 
 
-def _fmt(v: float) -> str:
-    return f"{v:.3g}" if abs(v) < 1000 else f"{v:.0f}"
+class ScalarsFile:
+    """stats/scalars.jsonl: one JSON object per policy and summary period, appended (a resumed
+    run continues the file) and flushed line by line; non-finite values are written as null."""
+
+    def __init__(self, path: str):
+        self.path = path
+        self.file = None
+
+    def write(self, policy: int, env_steps: int, t: float, scalars: dict[str, float]) -> None:
+        if self.file is None:
+            os.makedirs(os.path.dirname(self.path), exist_ok=True)
+            self.file = open(self.path, "a")
+        values = {k: (float(v) if math.isfinite(v) else None) for k, v in scalars.items()}
+        row = {"policy": policy, "env_steps": int(env_steps), "time": t, "scalars": values}
+        self.file.write(json.dumps(row, allow_nan=False) + "\n")
+        self.file.flush()
+
+    def close(self) -> None:
+        if self.file is not None:
+            self.file.close()
+            self.file = None
+
+
+def _use_bold() -> bool:
+    """Bold headline on a terminal that takes escape codes; plain text in logs and pipes."""
+    try:
+        tty = sys.stdout.isatty()
+    except (AttributeError, ValueError):
+        return False
+    return tty and "NO_COLOR" not in os.environ and os.environ.get("TERM", "") != "dumb"
 
 
 class PopulationStats:
@@ -37,6 +76,18 @@ class PopulationStats:
         self.warned_no_objective: set[int] = set()
         self.writers: dict[int, Any] = {}
         self.fps_history: list[float] = []
+        self.env_steps = [0] * num_policies  # as of the last status_line call
+        # (time, slowest policy's env steps), from when every policy has reported: the first
+        # report of a resumed run jumps to the restored count, which is no rate
+        self.progress_samples: collections.deque = collections.deque(maxlen=600)
+        self.pbt_pending: list[tuple[int, Optional[int]]] = []  # since the last status block
+        self.pbt_last: Optional[tuple[str, float]] = None  # (description, time)
+        self.scalars_file = ScalarsFile(scalars_path(exp_dir))
+        self.wandb = None
+        if getattr(cfg, "with_wandb", False):
+            from rl_pbt.logging.wandb_log import WandbSink
+
+            self.wandb = WandbSink(cfg, exp_dir, num_policies)
 
     # --- input ------------------------------------------------------------------------------
     def add_sampling(self, frames: int) -> None:
@@ -67,9 +118,16 @@ class PopulationStats:
             )
 
     def pbt_event(self, decision) -> None:
-        w = self._writer(decision.policy_id)
+        """A PBT decision: counted in the next status block's PBT line; its full text goes to
+        TensorBoard and W&B (every detail is in pbt/lineage.jsonl, written by the manager)."""
+        p, src = decision.policy_id, decision.source_id
+        self.pbt_pending.append((p, src))
+        self.pbt_last = (progress.pbt_event_text(p, src), time.time())
+        w = self._writer(p)
         if w is not None:
-            w.add_text("pbt", decision.log_line, self.episodes_total[decision.policy_id])
+            w.add_text("pbt", decision.log_line, self.episodes_total[p])
+        if self.wandb is not None:
+            self.wandb.log_pbt_event(p, src, self.env_steps[p], decision.log_line)
 
     # --- output -----------------------------------------------------------------------------
     def fps(self) -> float:
@@ -86,28 +144,87 @@ class PopulationStats:
     def mean(self, values) -> Optional[float]:
         return float(np.mean(values)) if len(values) else None
 
+    def policy_status(self) -> list[progress.PolicyStatus]:
+        return [
+            progress.PolicyStatus(
+                p,
+                self.env_steps[p],
+                ret=self.mean(self.returns[p]),
+                obj=self.mean(self.objectives[p]),
+                lag=self.train[p].get("policy_lag"),
+            )
+            for p in range(self.n)
+        ]
+
+    def best_policy(self) -> Optional[int]:
+        """The member with the best recent objective (return where the env gives none)."""
+        return progress.best_policy(self.policy_status())
+
+    def _record_progress(self, env_steps: list[int], now: float) -> None:
+        if not env_steps or min(env_steps) <= 0:
+            return
+        slowest = min(env_steps)
+        samples = self.progress_samples
+        if samples and slowest < samples[-1][1]:
+            samples.clear()  # counters went back (should not happen): start a fresh rate
+        if not samples or now - samples[-1][0] >= PROGRESS_SAMPLE_S:
+            samples.append((now, slowest))
+
+    def eta(self, elapsed: float) -> progress.Eta:
+        time_limit = getattr(self.cfg, "train_for_seconds", None)
+        if time_limit is not None and time_limit >= NO_TIME_LIMIT:
+            time_limit = None
+        samples = list(self.progress_samples)
+        if samples and self.env_steps and min(self.env_steps) > samples[-1][1]:
+            samples.append((time.time(), min(self.env_steps)))  # the newest count, not 1 s old
+        return progress.estimate_eta(
+            samples,
+            self.cfg.train_for_env_steps,
+            elapsed=elapsed,
+            time_limit=time_limit,
+            window_s=ETA_WINDOW_S,
+        )
+
+    def _pbt_text(self, now: float) -> Optional[str]:
+        cfg = self.cfg
+        with_pbt = bool(getattr(cfg, "with_pbt", False))
+        if not (with_pbt or getattr(cfg, "pbt_replay_lineage", None) or self.pbt_last):
+            return None
+        last, age = None, None
+        if self.pbt_last is not None:
+            last, age = self.pbt_last[0], now - self.pbt_last[1]
+        start = getattr(cfg, "pbt_start_mutation", None) if with_pbt else None
+        return progress.pbt_line(self.pbt_pending, last, age, start, width=progress.LINE_WIDTH - 2)
+
     def status_line(
         self, env_steps: list[int], versions: list[int], elapsed: float, force: bool = False
-    ) -> None:
+    ) -> Optional[str]:
+        """Called every tick; prints the status block every --status_interval seconds (and when
+        forced) and returns its text. The PBT line sums up the decisions since the last block."""
         now = time.time()
+        self.env_steps = list(env_steps)
+        self._record_progress(self.env_steps, now)
         if not force and now - self.last_status < self.cfg.status_interval:
-            return
+            return None
         self.last_status = now
         fps = self.fps()
         self.fps_history.append(fps)
-        parts = [f"{elapsed:6.0f}s  {fps:7.0f} fps  frames {self.frames_total:,}"]
-        for p in range(self.n):
-            ret = self.mean(self.returns[p])
-            obj = self.mean(self.objectives[p])
-            lag = self.train[p].get("policy_lag")
-            s = f"p{p}: ret {_fmt(ret) if ret is not None else '-'}"
-            if obj is not None:
-                s += f" obj {_fmt(obj)}"
-            if lag is not None:
-                s += f" lag {lag:.1f}"
-            s += f" steps {env_steps[p]:,}"
-            parts.append(s)
-        print(" | ".join(parts), flush=True)
+        lines = progress.status_block(
+            elapsed,
+            self.frames_total,
+            fps,
+            min(self.env_steps) if self.env_steps else 0,
+            self.cfg.train_for_env_steps,
+            self.eta(elapsed),
+            self.policy_status(),
+            self._pbt_text(now),
+        )
+        self.pbt_pending = []
+        text = "\n".join(lines)
+        if _use_bold():
+            lines[0] = f"\033[1m{lines[0]}\033[0m"
+        print("\n".join(lines), flush=True)
+        return text
 
     def _writer(self, p: int):
         if p not in self.writers:
@@ -116,38 +233,55 @@ class PopulationStats:
             self.writers[p] = SummaryWriter(summary_dir(self.exp_dir, p), flush_secs=20)
         return self.writers[p]
 
+    def scalars(self, p: int, fps: float, pbt=None) -> dict[str, float]:
+        """Every scalar of policy p this summary period: the one dict that TensorBoard,
+        stats/scalars.jsonl and W&B receive."""
+        out: dict[str, float] = {"perf/fps": float(fps)}
+        for name, values in (
+            ("reward", self.returns[p]),
+            ("len", self.lengths[p]),
+            ("true_objective", self.objectives[p]),
+        ):
+            m = self.mean(values)
+            if m is not None:
+                out[f"episode/{name}"] = m
+        for k, values in self.extra[p].items():
+            out[f"episode/{k}"] = float(np.mean(values))
+        values = [(f"train/{k}", v) for k, v in self.train[p].items()]
+        if pbt is not None:
+            values += [(f"pbt/{k}", v) for k, v in pbt.hparams[p].items()]
+        for tag, v in values:
+            try:
+                out[tag] = float(v)
+            except (TypeError, ValueError):  # a categorical choice such as "relu" is no curve
+                pass
+        elo = getattr(self, "elo", None)
+        if elo is not None and p in elo:  # self-play: the member's rating, as curves
+            out["selfplay/elo"] = float(elo.rating(p))
+        if pbt is not None:
+            obj = pbt.objectives().get(p)
+            if obj is not None:
+                out["pbt/objective"] = float(obj)
+            shaping = pbt.shaping[p]
+            if shaping:
+                for k, v in _flat(shaping).items():
+                    out[f"pbt/rew.{k}"] = v
+        return out
+
     def maybe_write_summaries(self, env_steps: list[int], pbt=None, force: bool = False) -> None:
         now = time.time()
         if not force and now - self.last_summary < self.cfg.experiment_summaries_interval:
             return
         self.last_summary = now
         fps = self.fps()
-        for p in range(self.n):
+        rows = {p: (int(env_steps[p]), self.scalars(p, fps, pbt)) for p in range(self.n)}
+        for p, (step, scalars) in rows.items():
             w = self._writer(p)
-            step = env_steps[p]
-            w.add_scalar("perf/fps", fps, step)
-            for name, values in (
-                ("reward", self.returns[p]),
-                ("len", self.lengths[p]),
-                ("true_objective", self.objectives[p]),
-            ):
-                m = self.mean(values)
-                if m is not None:
-                    w.add_scalar(f"episode/{name}", m, step)
-            for k, values in self.extra[p].items():
-                w.add_scalar(f"episode/{k}", float(np.mean(values)), step)
-            for k, v in self.train[p].items():
-                w.add_scalar(f"train/{k}", v, step)
-            if pbt is not None:
-                for k, v in pbt.hparams[p].items():
-                    w.add_scalar(f"pbt/{k}", v, step)
-                obj = pbt.objectives().get(p)
-                if obj is not None:
-                    w.add_scalar("pbt/objective", obj, step)
-                shaping = pbt.shaping[p]
-                if shaping:
-                    for k, v in _flat(shaping).items():
-                        w.add_scalar(f"pbt/rew.{k}", v, step)
+            for tag, value in scalars.items():
+                w.add_scalar(tag, value, step)
+            self.scalars_file.write(p, step, now, scalars)
+        if self.wandb is not None:
+            self.wandb.log_scalars(rows)
 
     def summary(self, env_steps: list[int]) -> dict:
         """Final figures of the run (written to summary.json by the runner)."""
@@ -162,15 +296,25 @@ class PopulationStats:
                 "recent_returns": list(self.returns[p]),
             }
         steady = self.fps_history[len(self.fps_history) // 2 :]
+        self.env_steps = list(env_steps)
         return {
             "frames": self.frames_total,
             "fps_median_second_half": float(np.median(steady)) if steady else None,
+            "best_policy": self.best_policy(),
             "policies": policies,
         }
 
     def close(self) -> None:
         for w in self.writers.values():
             w.close()
+        self.writers = {}
+        self.scalars_file.close()
+        if self.wandb is not None:
+            sink, self.wandb = self.wandb, None
+            try:
+                sink.close()
+            except Exception as e:  # the run's own outcome matters more than the upload
+                print(f"W&B: closing the run failed: {e!r}", flush=True)
 
 
 def _flat(d: dict, prefix: str = "") -> dict[str, float]:
