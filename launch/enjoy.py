@@ -1,7 +1,12 @@
 """Watch or evaluate a trained policy: load its latest checkpoint, play N episodes, print
-returns (and true objectives when the env gives them).
+returns (and true objectives when the env gives them); `--save_video` records them.
 
-    python -m launch.enjoy --env=CartPole-v1 --experiment=cp --policy=0 --episodes=10
+    python -m launch.enjoy --experiment=cp --policy=0 --episodes=10 --save_video
+
+The env and the model's flags come from the run's `config.json`. `--env` may name another env
+whose observations and actions fit the model (e.g. a Doom duel trained in self-play, watched
+against bots). `--save_video` writes .mp4 (or .gif, by the extension given) to PATH, or without
+one to `{train_dir}/{experiment}/videos/p{policy}_TIME.mp4`.
 """
 
 from __future__ import annotations
@@ -15,40 +20,105 @@ import envs  # noqa: F401  (registers the built-in envs)
 from rl_pbt.config.parse import experiment_dir
 from rl_pbt.envs.registry import make_env
 from rl_pbt.envs.wrappers import as_multiagent
+from rl_pbt.logging.video import VideoWriter, check_video_path, default_video_path, env_fps
 from rl_pbt.models.loading import PolicyActor, experiment_cfg, load_policy
 
 
-def main(argv: list[str] | None = None) -> int:
+def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--env", required=True)
+    parser.add_argument(
+        "--env",
+        default=None,
+        help="default: the run's env; another must have the same observation and action spaces",
+    )
     parser.add_argument("--experiment", required=True)
     parser.add_argument("--train_dir", default="train_dir")
     parser.add_argument("--policy", type=int, default=0, help="population member to load")
     parser.add_argument("--episodes", type=int, default=10)
     parser.add_argument("--deterministic", action="store_true", help="argmax actions")
     parser.add_argument("--max_steps", type=int, default=100_000, help="bound on total steps")
-    args = parser.parse_args(argv)
+    parser.add_argument(
+        "--save_video",
+        nargs="?",
+        const="",
+        default=None,
+        metavar="PATH",
+        help="record the episodes as .mp4 (or .gif, by the extension); without PATH: "
+        "{train_dir}/{experiment}/videos/p{policy}_TIME.mp4",
+    )
+    return parser
 
+
+def load(args):
+    """(cfg, env, model) of the run, or ValueError / FileNotFoundError with one line."""
     exp_dir = experiment_dir(args)
-    try:
-        cfg = experiment_cfg(exp_dir, {"env": args.env})
-        env = as_multiagent(
-            make_env(args.env, cfg, {"worker_index": 0, "vector_index": 0, "env_id": 0})
+    cfg = experiment_cfg(exp_dir)
+    trained_on = cfg.env
+    cfg.env = args.env or trained_on
+    env = as_multiagent(
+        make_env(
+            cfg.env,
+            cfg,
+            {"worker_index": 0, "vector_index": 0, "env_id": 0},
+            render_mode="rgb_array" if args.save_video is not None else None,
         )
+    )
+    try:
         model = load_policy(exp_dir, args.policy, env.observation_space, env.action_space, cfg)
+    except RuntimeError as e:  # torch's size mismatch: the weights belong to another env
+        env.close()
+        raise ValueError(
+            f"--env={cfg.env} disagrees with the run's env {trained_on} (the model's "
+            f"observations or actions differ); leave --env out to play {trained_on}"
+        ) from e
+    if cfg.env != trained_on:
+        print(f"note: {args.experiment} was trained on {trained_on}; playing in {cfg.env}")
+    return cfg, env, model
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        video = None
+        if args.save_video is not None:
+            path = args.save_video or default_video_path(experiment_dir(args), f"p{args.policy}")
+            video, note = check_video_path(path)
+            if note:
+                print(note)
+        cfg, env, model = load(args)
+        obs, _ = env.reset(seed=cfg.seed)
+        if video and env.render() is None:
+            env.close()
+            raise ValueError(f"--save_video: env {cfg.env} does not render rgb_array frames")
     except (FileNotFoundError, ValueError) as e:
         print(f"rl-pbt-enjoy: error: {e}", file=sys.stderr)
         return 2
+    writer = VideoWriter(video, env_fps(env)) if video else None
+    try:
+        play(args, env, model, obs, writer)
+    finally:
+        env.close()
+        if writer is not None:
+            frames = writer.close()
+            print(f"saved {frames} frames to {video}" if frames else "no frames to save")
+    return 0
+
+
+def play(args, env, model, obs, writer) -> None:
+    """Plays from `obs` (a fresh episode) and prints per-episode and mean results; frames go
+    to `writer` (a VideoWriter) when given."""
     actors = [
         PolicyActor(model, env.observation_space, env.action_space, args.deterministic)
         for _ in range(env.num_agents)
     ]
-    obs, _ = env.reset(seed=cfg.seed)
     returns, objectives = [], []
     extras: dict[str, list[float]] = {}
     ep_ret = np.zeros(env.num_agents)
     steps = 0
     while len(returns) < args.episodes and steps < args.max_steps:
+        if writer is not None:
+            frame = env.render()
+            writer.append(frame)
         obs, rew, term, trunc, infos = env.step([a.act(o) for a, o in zip(actors, obs)])
         ep_ret += rew
         steps += 1
@@ -63,7 +133,9 @@ def main(argv: list[str] | None = None) -> int:
             ep_ret[:] = 0
             for a in actors:
                 a.reset()
-    env.close()
+            if writer is not None:  # the env has begun the next episode: hold the last frame
+                for _ in range(int(writer.fps) // 2):
+                    writer.append(frame)
     if returns:
         print(
             f"policy {args.policy}: mean return {np.mean(returns):.3f} over {len(returns)} episodes"
@@ -72,7 +144,6 @@ def main(argv: list[str] | None = None) -> int:
             print(f"policy {args.policy}: mean true_objective {np.mean(objectives):.3f}")
         for k, values in extras.items():
             print(f"policy {args.policy}: mean {k} {np.mean(values):.3f}")
-    return 0
 
 
 if __name__ == "__main__":

@@ -11,6 +11,12 @@ every pairing plays half its games on each side.
 With `--num_envs=K` (K > 1) the games of a pairing run K at a time in the env's batched
 version (envs registered with one, such as the arena), each trained player acting for all its
 seats with one model call per step: the same games, many times faster.
+
+`--env` may be left out when a player comes from an experiment: the run's env is used. The
+ratings are fitted to all games at once (`fit_ratings`: Bradley-Terry in Elo units), so they
+do not depend on the order of the games. `--save_video` (optionally a path ending in .mp4 or
+.gif) records one more game of the first two players, by default to
+`{train_dir}/{experiment}/videos/`.
 """
 
 from __future__ import annotations
@@ -19,8 +25,9 @@ import argparse
 import itertools
 import os
 import sys
+from dataclasses import dataclass
 from types import SimpleNamespace
-from typing import Any, Callable
+from typing import Any, Callable, Optional, Sequence
 
 import gymnasium as gym
 import numpy as np
@@ -29,9 +36,10 @@ import torch
 import envs  # noqa: F401  (registers the built-in envs)
 from rl_pbt.envs.registry import has_batched_env, make_env, make_env_batch
 from rl_pbt.envs.wrappers import as_multiagent
+from rl_pbt.logging.video import VideoWriter, check_video_path, default_video_path, env_fps
 from rl_pbt.models.action_dist import to_env_action
 from rl_pbt.models.loading import PolicyActor, experiment_cfg, load_policy
-from rl_pbt.sampling.elo import EloRatings
+from rl_pbt.sampling.elo import DEFAULT_RATING
 
 SCRIPTED = {"chaser": ("envs.arena.scripted", "ChaserPlayer")}
 
@@ -62,16 +70,47 @@ def make_player(spec: str, env, args, seed: int) -> Callable[[], Any]:
     )
 
 
-def _load_model(spec: str, env, args):
-    """The trained model of player `spec` (`pN` of --experiment or `EXPERIMENT:pN`)."""
+def parse_player(spec: str, experiment: Optional[str]) -> Optional[tuple[str, int]]:
+    """(experiment, policy id) of a trained player; None for `random` and scripted players.
+    ValueError (one line) for a spec of no known form, or `pN` without --experiment."""
+    if spec == "random" or spec in SCRIPTED:
+        return None
     exp, _, pol = spec.rpartition(":")
     if not pol.startswith("p") or not pol[1:].isdigit():
         raise ValueError(
             f"player {spec!r}: expected pN, EXPERIMENT:pN, random or one of {sorted(SCRIPTED)}"
         )
-    exp_dir = os.path.join(args.train_dir, exp or args.experiment)
-    cfg = experiment_cfg(exp_dir, {"env": args.env})
-    return load_policy(exp_dir, int(pol[1:]), env.observation_space, env.action_space, cfg)
+    if not exp and not experiment:
+        raise ValueError(f"player {spec!r} needs --experiment (or name it EXPERIMENT:{spec})")
+    return exp or experiment, int(pol[1:])
+
+
+def resolve_env(args) -> str:
+    """--env, else the env the first trained player's experiment was trained on."""
+    if args.env:
+        return args.env
+    for spec in args.players:
+        found = parse_player(spec, args.experiment)
+        if found is not None:
+            return experiment_cfg(os.path.join(args.train_dir, found[0])).env
+    raise ValueError(
+        "--env is needed when no player comes from an experiment (e.g. --env=arena_duel)"
+    )
+
+
+def _load_model(spec: str, env, args):
+    """The trained model of player `spec` (`pN` of --experiment or `EXPERIMENT:pN`)."""
+    exp, policy_id = parse_player(spec, args.experiment)
+    exp_dir = os.path.join(args.train_dir, exp)
+    cfg = experiment_cfg(exp_dir)
+    trained_on, cfg.env = cfg.env, args.env
+    try:
+        return load_policy(exp_dir, policy_id, env.observation_space, env.action_space, cfg)
+    except RuntimeError as e:  # torch's size mismatch: another env's observations or actions
+        raise ValueError(
+            f"player {spec!r} was trained on {trained_on}, whose observations or actions differ "
+            f"from --env={args.env}'s; leave --env out to play in {trained_on}"
+        ) from e
 
 
 class BatchPolicyActor:
@@ -192,10 +231,103 @@ def play_batched(batch_env, side_a, side_b, games: int, max_steps: int) -> list[
     return [s for copy in scores for s in copy]
 
 
+ELO_SCALE = 400.0 / np.log(10.0)  # Elo points per unit of log-odds
+
+
+def fit_ratings(
+    games: Sequence[tuple[int, int, float]], num_players: int, prior_sd: float = 400.0
+) -> tuple[np.ndarray, np.ndarray]:
+    """Bradley-Terry ratings in Elo units fitted to all `games` at once (maximum a posteriori).
+
+    A game is (i, j, score of i): 1 win, 0.5 draw (half a win and half a loss), 0 loss, and
+    P(i beats j) = 1 / (1 + 10 ** ((r_j - r_i) / 400)). Every rating has a N(0, prior_sd^2)
+    prior: it keeps an unbeaten player's rating finite and moves the others little once they
+    have played some dozens of games. The fit sees the games only through per-pair totals, so
+    their order does not matter. Returns the ratings (mean 0) and their standard errors
+    relative to the mean (from the curvature of the log posterior at its peak).
+    """
+    g = np.asarray(games, dtype=np.float64).reshape(-1, 3)
+    i, j, s = g[:, 0].astype(np.int64), g[:, 1].astype(np.int64), g[:, 2]
+    if len(g) and (i.min() < 0 or j.min() < 0 or max(i.max(), j.max()) >= num_players):
+        raise ValueError(f"game with a player outside 0..{num_players - 1}")
+    if np.any(i == j) or np.any((s < 0) | (s > 1)):
+        raise ValueError("a game needs two different players and a score in [0, 1]")
+    once = np.zeros((num_players, num_players))
+    won = np.zeros((num_players, num_players))
+    np.add.at(once, (i, j), 1.0)
+    np.add.at(won, (i, j), s)
+    played = once + once.T  # games between i and j
+    score = won + (once - won).T  # i's score against j, draws counting half
+    prior = (ELO_SCALE / prior_sd) ** 2  # in log-odds units
+
+    def log_posterior(x: np.ndarray) -> float:
+        d = x[:, None] - x[None, :]
+        return float(-(score * np.logaddexp(0.0, -d)).sum() - 0.5 * prior * x @ x)
+
+    x = np.zeros(num_players)  # ratings in log-odds units
+    value = log_posterior(x)
+    for _ in range(100):  # Newton's method on a strictly concave function: a few steps
+        p = 1.0 / (1.0 + np.exp(-(x[:, None] - x[None, :])))
+        grad = (score - played * p).sum(axis=1) - prior * x
+        curv = played * p * (1.0 - p)
+        neg_hessian = np.diag(curv.sum(axis=1) + prior) - curv
+        step = np.linalg.solve(neg_hessian, grad)
+        t = 1.0
+        while t > 1e-6 and log_posterior(x + t * step) < value - 1e-12:
+            t *= 0.5
+        x = x + t * step
+        value = log_posterior(x)
+        if np.max(np.abs(t * step)) < 1e-10:
+            break
+    p = 1.0 / (1.0 + np.exp(-(x[:, None] - x[None, :])))
+    curv = played * p * (1.0 - p)
+    cov = np.linalg.inv(np.diag(curv.sum(axis=1) + prior) - curv)
+    centre = np.eye(num_players) - 1.0 / num_players
+    stderr = np.sqrt(np.clip(np.diag(centre @ cov @ centre), 0.0, None))
+    return x * ELO_SCALE, stderr * ELO_SCALE
+
+
+@dataclass
+class Ratings:
+    """The players' fitted Elo ratings (mean DEFAULT_RATING), their standard errors, games
+    played and mean scores."""
+
+    names: list[str]
+    elo: np.ndarray
+    stderr: np.ndarray
+    games: np.ndarray
+    score: np.ndarray
+
+    @classmethod
+    def fit(cls, names: list[str], games: list[tuple[int, int, float]]) -> Ratings:
+        elo, stderr = fit_ratings(games, len(names))
+        g = np.asarray(games, dtype=np.float64).reshape(-1, 3)
+        idx = np.concatenate([g[:, 0], g[:, 1]]).astype(np.int64)
+        points = np.concatenate([g[:, 2], 1.0 - g[:, 2]])
+        count = np.bincount(idx, minlength=len(names))
+        total = np.bincount(idx, weights=points, minlength=len(names))
+        score = np.divide(total, count, out=np.full(len(names), np.nan), where=count > 0)
+        return cls(list(names), elo + DEFAULT_RATING, stderr, count, score)
+
+    def rating(self, name: str) -> float:
+        return float(self.elo[self.names.index(name)])
+
+    def table(self) -> str:
+        """Highest rating first; ± is one standard error."""
+        width = max(6, *(len(n) for n in self.names))
+        lines = [f"{'rank':>4}  {'player':<{width}}  {'elo':>7}  {'+/-':>5}  {'games':>6}  score"]
+        for rank, k in enumerate(np.argsort(-self.elo, kind="stable"), start=1):
+            lines.append(
+                f"{rank:>4}  {self.names[k]:<{width}}  {self.elo[k]:>7.1f}  "
+                f"{self.stderr[k]:>5.1f}  {self.games[k]:>6d}  {self.score[k]:.3f}"
+            )
+        return "\n".join(lines)
+
+
 def cross_play(env, names: list[str], factories: dict, games: int, max_steps: int, batch_env=None):
     """Every pairing of `names` plays `games` games, half on each side: the row player's win
-    rates (draw = 0.5) and Elo ratings from those games. With `batch_env` (a batched env),
-    `factories` are batch-player factories (`make_batch_player`) and the games run in it."""
+    rates (draw = 0.5) and the `Ratings` fitted to all those games. With `batch_env` (a batched
+    env), `factories` are batch-player factories (`make_batch_player`) and the games run in it."""
     n = env.num_agents
     if batch_env is not None:
         K, half = batch_env.num_envs, n // 2
@@ -212,22 +344,21 @@ def cross_play(env, names: list[str], factories: dict, games: int, max_steps: in
             return play(env, side_a, side_b, count, max_steps)
 
     table = np.full((len(names), len(names)), np.nan)
-    elo = EloRatings(k=16.0)
+    results: list[tuple[int, int, float]] = []
     for (i, a), (j, b) in itertools.combinations(enumerate(names), 2):
         first = run(a, b, games // 2)
         second = run(b, a, games - games // 2)
         scores_a = first + [1.0 - s for s in second]
         table[i, j] = float(np.mean(scores_a))
         table[j, i] = 1.0 - table[i, j]
-        for s in scores_a:
-            elo.record_match([a], [b], s)
-    return table, elo
+        results += [(i, j, s) for s in scores_a]
+    return table, Ratings.fit(names, results)
 
 
-def main(argv: list[str] | None = None) -> int:
+def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--env", required=True)
-    parser.add_argument("--experiment", default=None)
+    parser.add_argument("--env", default=None, help="default: the env of the players' experiment")
+    parser.add_argument("--experiment", default=None, help="the run whose members pN are")
     parser.add_argument("--train_dir", default="train_dir")
     parser.add_argument("--players", nargs="+", required=True)
     parser.add_argument("--games", type=int, default=200, help="games per pairing")
@@ -242,10 +373,32 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument(
         "--save_video",
+        nargs="?",
+        const="",
         default=None,
-        help="write one game of the first two players to this .npy file "
-        "(frames, when the env renders rgb_array)",
+        metavar="PATH",
+        help="record one more game of the first two players as .mp4 (or .gif, by the "
+        "extension); without PATH: {train_dir}/{experiment}/videos/A_vs_B_TIME.mp4",
     )
+    return parser
+
+
+def video_path(args) -> str:
+    """Where --save_video writes (checked before any game is played)."""
+    path = args.save_video
+    if not path:  # the folder of the first trained player's run, else --train_dir
+        runs = [parse_player(p, args.experiment) for p in args.players[:2]]
+        exp = next((run[0] for run in runs if run is not None), args.experiment)
+        folder = os.path.join(args.train_dir, exp) if exp else args.train_dir
+        path = default_video_path(folder, "_vs_".join(args.players[:2]))
+    path, note = check_video_path(path)
+    if note:
+        print(note)
+    return path
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = build_parser()
     args = parser.parse_args(argv)
     if len(args.players) < 2:
         parser.error("--players needs at least two players")
@@ -253,6 +406,9 @@ def main(argv: list[str] | None = None) -> int:
     torch.manual_seed(args.seed)  # trained players sample their actions from torch's generator
 
     try:
+        for spec in args.players:
+            parse_player(spec, args.experiment)
+        args.env = resolve_env(args)
         if args.num_envs < 1:
             raise ValueError(f"--num_envs={args.num_envs}: must be at least 1")
         if args.num_envs > 1 and not has_batched_env(args.env):
@@ -260,13 +416,21 @@ def main(argv: list[str] | None = None) -> int:
                 f"--num_envs={args.num_envs}: env {args.env!r} has no batched version; "
                 "use --num_envs=1"
             )
+        video = video_path(args) if args.save_video is not None else None
         env = as_multiagent(
             make_env(
-                args.env, seeded(args.seed), {"worker_index": 0, "vector_index": 0, "env_id": 0}
+                args.env,
+                seeded(args.seed),
+                {"worker_index": 0, "vector_index": 0, "env_id": 0},
+                render_mode="rgb_array" if video else None,
             )
         )
         if env.num_agents < 2:
             raise ValueError(f"--env={args.env} has one agent: matches need a multi-agent env")
+        if video:
+            env.reset()
+            if env.render() is None:
+                raise ValueError(f"--save_video: env {args.env} does not render rgb_array frames")
         batch_env = None
         if args.num_envs > 1:
             batch_env = make_batch_env(args.env, args.num_envs, args.seed)
@@ -276,7 +440,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"rl-pbt-match: error: {e}", file=sys.stderr)
         return 2
 
-    table, elo = cross_play(
+    table, ratings = cross_play(
         env, args.players, factories, args.games, args.max_steps, batch_env=batch_env
     )
     width = max(8, *(len(p) for p in args.players)) + 2  # names never run together
@@ -291,38 +455,41 @@ def main(argv: list[str] | None = None) -> int:
             for j in range(len(args.players))
         )
         print(f"{p:>{width}}{cells}")
-    print("\nElo ratings from these games:")
-    print(elo.table())
-    if args.save_video:
-        save_video(args, {p: make_player(p, env, args, args.seed) for p in args.players[:2]})
+    print(
+        "\nElo ratings fitted to all games at once (Bradley-Terry, draw = half a win; "
+        "+/- one standard error):"
+    )
+    print(ratings.table())
+    if video:
+        players = {p: make_player(p, env, args, args.seed) for p in args.players[:2]}
+        save_video(env, args.players[:2], players, video)
     env.close()
     return 0
 
 
-def save_video(args, factories) -> None:
-    env = as_multiagent(
-        make_env(
-            args.env,
-            seeded(args.seed),
-            {"worker_index": 0, "vector_index": 0, "env_id": 0},
-            render_mode="rgb_array",
-        )
-    )
+def save_video(env, pair: list[str], factories: dict, path: str, max_steps: int = 100_000) -> int:
+    """Plays one game of `pair` (first half of the seats to the first) in `env` (made with
+    render_mode="rgb_array") and writes its frames to `path`; returns the frame count."""
     n = env.num_agents
-    a, b = args.players[:2]
+    a, b = pair
     seats = [factories[a]() for _ in range(n // 2)] + [factories[b]() for _ in range(n - n // 2)]
     obs, _ = env.reset()
-    frames = [env.render()]
-    for _ in range(100_000):
-        obs, _, term, trunc, _ = env.step([s.act(o) for s, o in zip(seats, obs)])
-        if all(t or u for t, u in zip(term, trunc)):
-            break
-        frames.append(env.render())
-    if frames[0] is None:
-        print(f"--save_video: env {args.env} does not render rgb_array frames")
-        return
-    np.save(args.save_video, np.stack(frames))
-    print(f"saved {len(frames)} frames of {a} vs {b} to {args.save_video}")
+    infos: list = []
+    with VideoWriter(path, env_fps(env)) as video:
+        frame = env.render()
+        video.append(frame)
+        for _ in range(max_steps):
+            obs, _, term, trunc, infos = env.step([s.act(o) for s, o in zip(seats, obs)])
+            if all(t or u for t, u in zip(term, trunc)):
+                break  # the env has already begun the next game: hold the last frame instead
+            frame = env.render()
+            video.append(frame)
+        for _ in range(int(video.fps) // 2):
+            video.append(frame)
+    result = infos[0].get("true_objective") if infos else None
+    outcome = "" if result is None else f" ({a} scored {result:g})"
+    print(f"saved a game of {a} vs {b}{outcome}: {video.frames} frames to {path}")
+    return video.frames
 
 
 if __name__ == "__main__":

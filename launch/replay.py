@@ -20,7 +20,7 @@ from rl_pbt.pbt.lineage import lineage_path
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser = argparse.ArgumentParser(allow_abbrev=False, description=__doc__.split("\n")[0])
     parser.add_argument("--from_experiment", required=True)
     parser.add_argument("--policy", type=int, required=True)
     parser.add_argument("--train_dir", default="train_dir")

@@ -245,7 +245,7 @@ class ArenaGame(RewardShapingInterface):
 
     is_multiagent = True
     metadata = {"render_modes": ["rgb_array"], "render_fps": 15}
-    CELL_PX = 8
+    CELL_PX = 32  # `render` draws a cell in 32x32 pixels, the wall around the floor one cell wide
 
     def __init__(
         self,
@@ -596,43 +596,221 @@ class ArenaGame(RewardShapingInterface):
 
     # ----- rendering -----
     def render(self) -> Optional[np.ndarray]:
+        """The floor from above (416x416, sizes divisible by 16 for video codecs): players as
+        discs in their team's colour (blue seats first, red after; a teammate in a lighter
+        shade) with a white mark on the side they face and their health above them; the storm
+        as purple stripes outside the safe zone's light outline; health pickups green crosses,
+        ammo yellow boxes; last step's shots as yellow lines. The strip on top shows every
+        player's health and ammo (blue on the left, red on the right) and the time bar, its
+        storm phase in purple. Cell (x, y) covers pixels from ((y + 1) * CELL_PX,
+        (x + 1) * CELL_PX) on."""
         if self.render_mode != "rgb_array":
             return None
-        px = self.CELL_PX
         if self._background is None:
-            img = np.zeros(((HEIGHT + 2) * px, (WIDTH + 2) * px, 3), dtype=np.uint8)
-            img[:, :] = (110, 110, 110)
-            img[px:-px, px:-px] = (20, 20, 28)
-            for cx, cy in PILLARS:
-                img[(cy + 1) * px : (cy + 2) * px, (cx + 1) * px : (cx + 2) * px] = (110, 110, 110)
-            self._background = img
+            self._background = _draw_background()
         img = self._background.copy()
         radius = self._zone_radius[min(self.t, self.episode_steps)]
         if radius < ZONE_FULL_RADIUS:
-            # the storm: tint the floor outside the safe zone (pillars stay grey)
-            storm = np.zeros((HEIGHT + 2, WIDTH + 2), dtype=bool)
-            for c in _FREE_CELLS:
-                storm[c // WIDTH + 1, c % WIDTH + 1] = _ZONE_DIST[c] > radius
-            img[np.repeat(np.repeat(storm, px, axis=0), px, axis=1)] = (70, 25, 60)
+            _draw_storm(img, radius)
         for p, c in enumerate(self.pickup_cell):
-            if c < 0:
-                continue
-            cx, cy = c % WIDTH + 1, c // WIDTH + 1
-            color = (40, 200, 70) if self._pickup_kind[p] == 0 else (230, 200, 40)
-            img[cy * px + 2 : cy * px + px - 2, cx * px + 2 : cx * px + px - 2] = color
-        team_colors = ((60, 120, 255), (240, 70, 60))
+            if c >= 0:
+                _draw_pickup(img, c % WIDTH, c // WIDTH, self._pickup_kind[p])
+        for x, y in self._draw_shots(img) if self.t > 0 else []:
+            _frame_cell(img, x, y, _SHOT_COLOR, 2)  # under the player: its health stays seen
         for i in range(self.num_agents):
-            if not self.alive[i]:
-                continue
-            cx, cy = self.x[i] + 1, self.y[i] + 1
-            img[cy * px + 1 : cy * px + px - 1, cx * px + 1 : cx * px + px - 1] = team_colors[
-                self.team[i]
-            ]
-            # a white mark on the side the player faces
-            mx = cx * px + px // 2 - 1 + DIR_DX[self.facing[i]] * (px // 2 - 1)
-            my = cy * px + px // 2 - 1 + DIR_DY[self.facing[i]] * (px // 2 - 1)
-            img[my : my + 2, mx : mx + 2] = (255, 255, 255)
+            if self.alive[i]:
+                _draw_player(
+                    img,
+                    self.x[i],
+                    self.y[i],
+                    self.facing[i],
+                    self.health[i],
+                    _PLAYER_COLORS[self.team[i]][self._seat_in_team(i)],
+                )
+            elif self.t > 0:  # eliminated earlier in this (2 vs 2) episode
+                _draw_fallen(img, self.x[i], self.y[i], _PLAYER_COLORS[self.team[i]][0])
+        self._draw_hud(img)
         return img
+
+    def _seat_in_team(self, i: int) -> int:
+        return self._team_members[self.team[i]].index(i)
+
+    def _draw_shots(self, img: np.ndarray) -> list[tuple[int, int]]:
+        """Draws the shots fired in the last step; returns the cells of the players hit."""
+        hits = []
+        for i in range(self.num_agents):
+            if not self.events[i, EV_SHOT_FIRED]:  # (a shooter may have fallen in the step)
+                continue
+            d, x0, y0 = self.facing[i], self.x[i], self.y[i]
+            reach = min(SHOT_RANGE, _RAYS[y0 * WIDTH + x0][d])
+            if self.events[i, EV_DAMAGE_DEALT]:
+                # the nearest enemy in line that stands or fell this step: whom the shot hit
+                line = [
+                    abs(self.x[j] - x0) + abs(self.y[j] - y0)
+                    for j in self._enemies[i]
+                    if (self.alive[j] or self.events[j, EV_DEATH])
+                    and _direction_to(self.x[j] - x0, self.y[j] - y0) == d
+                ]
+                reach = min(line + [reach])
+                hits.append((x0 + DIR_DX[d] * reach, y0 + DIR_DY[d] * reach))
+            if reach > 0:
+                _draw_ray(img, x0, y0, d, reach)
+        return hits
+
+    def _draw_hud(self, img: np.ndarray) -> None:
+        for team, members in enumerate(self._team_members):
+            for k, i in enumerate(members):
+                top = 6 + 13 * k if len(members) > 1 else 12
+                _draw_status(
+                    img,
+                    team,
+                    top,
+                    _PLAYER_COLORS[team][k],
+                    self.alive[i],
+                    self.health[i] if self.alive[i] else 0,
+                    self.ammo[i],
+                )
+        # the time bar: elapsed in light grey over the storm phase in purple
+        x0, x1, y0 = _TIME_BAR_X0, _TIME_BAR_X1, _HUD_PX // 2 - 4
+        bar = img[y0 : y0 + 8, x0:x1]
+        bar[:] = (60, 60, 70)
+        span = x1 - x0
+        start, stop = span * ZONE_START_PCT // 100, span * ZONE_END_PCT // 100
+        bar[:, start:] = _STORM_DARK
+        bar[:, start:stop] = _STORM_LIGHT
+        done = span * min(self.t, self.episode_steps) // self.episode_steps
+        bar[2:6, :done] = (230, 230, 230)
 
     def close(self) -> None:
         pass
+
+
+# ----- rendering helpers (drawing only: they read the state, never change it) -----
+_CELL_PX = ArenaGame.CELL_PX
+_HUD_PX = _CELL_PX  # the status strip, drawn over the top wall
+_ORIGIN_X, _ORIGIN_Y = _CELL_PX, _CELL_PX  # the floor's top-left pixel
+_FRAME_W, _FRAME_H = (WIDTH + 2) * _CELL_PX, (HEIGHT + 2) * _CELL_PX
+_TIME_BAR_X0, _TIME_BAR_X1 = _FRAME_W // 2 - 64, _FRAME_W // 2 + 64
+# per team, per seat in the team: blue and red, the second teammate lighter
+_PLAYER_COLORS = (((50, 110, 255), (130, 180, 255)), ((235, 55, 45), (255, 150, 110)))
+_STORM_DARK, _STORM_LIGHT = (95, 30, 110), (150, 55, 170)
+_ZONE_EDGE = (235, 180, 255)
+_SHOT_COLOR = (255, 235, 110)
+
+
+def _disc_masks(size: int, radius: float) -> tuple[np.ndarray, np.ndarray]:
+    """Boolean masks of a disc and a 1.5-px rim around it, centred in a size x size box."""
+    yy, xx = np.mgrid[:size, :size] + 0.5 - size / 2
+    dist = np.hypot(xx, yy)
+    return dist <= radius, (dist > radius) & (dist <= radius + 1.5)
+
+
+def _facing_marks() -> list[np.ndarray]:
+    """Per direction N, E, S, W: a 4-px wide bar from the cell's centre to the disc's rim."""
+    yy, xx = np.mgrid[:_CELL_PX, :_CELL_PX] + 0.5 - _CELL_PX / 2
+    marks = []
+    for d in range(4):
+        along = xx * DIR_DX[d] + yy * DIR_DY[d]  # distance from the centre towards d
+        across = np.abs(xx * DIR_DY[d] - yy * DIR_DX[d])
+        marks.append((along >= 0) & (along <= _CELL_PX / 2 - 2) & (across <= 2.5))
+    return marks
+
+
+_DISC, _RIM = _disc_masks(_CELL_PX, _CELL_PX * 0.36)
+_FACING_MARKS = _facing_marks()
+
+
+def _cell_view(img: np.ndarray, x: int, y: int) -> np.ndarray:
+    px, py = _ORIGIN_X + x * _CELL_PX, _ORIGIN_Y + y * _CELL_PX
+    return img[py : py + _CELL_PX, px : px + _CELL_PX]
+
+
+def _draw_background() -> np.ndarray:
+    img = np.zeros((_FRAME_H, _FRAME_W, 3), dtype=np.uint8)
+    img[:] = (18, 18, 22)  # the status strip
+    img[_HUD_PX:] = (95, 95, 105)  # the wall
+    floor = img[_ORIGIN_Y : _ORIGIN_Y + HEIGHT * _CELL_PX, _ORIGIN_X : _ORIGIN_X + WIDTH * _CELL_PX]
+    floor[:] = (34, 36, 44)
+    floor[::_CELL_PX] = (46, 49, 58)  # a faint grid
+    floor[:, ::_CELL_PX] = (46, 49, 58)
+    for cx, cy in PILLARS:
+        cell = _cell_view(img, cx, cy)
+        cell[:] = (80, 80, 90)
+        cell[2:-2, 2:-2] = (130, 130, 142)
+    return img
+
+
+def _draw_storm(img: np.ndarray, radius: int) -> None:
+    """Purple stripes on the free cells outside the safe zone, a light line around it."""
+    yy, xx = np.mgrid[:_CELL_PX, :_CELL_PX]
+    for c in _FREE_CELLS:
+        if _ZONE_DIST[c] > radius:
+            x, y = c % WIDTH, c // WIDTH
+            cell = _cell_view(img, x, y)
+            cell[:] = _STORM_DARK
+            # stripes that run on across cells
+            cell[((xx + yy + (x + y) * _CELL_PX) // 6) % 2 == 0] = _STORM_LIGHT
+    lo_x, hi_x = max(0, ZONE_CENTER_X - radius), min(WIDTH, ZONE_CENTER_X + radius + 1)
+    lo_y, hi_y = max(0, ZONE_CENTER_Y - radius), min(HEIGHT, ZONE_CENTER_Y + radius + 1)
+    x0, x1 = _ORIGIN_X + lo_x * _CELL_PX, _ORIGIN_X + hi_x * _CELL_PX
+    y0, y1 = _ORIGIN_Y + lo_y * _CELL_PX, _ORIGIN_Y + hi_y * _CELL_PX
+    img[y0 : y0 + 2, x0:x1] = _ZONE_EDGE
+    img[y1 - 2 : y1, x0:x1] = _ZONE_EDGE
+    img[y0:y1, x0 : x0 + 2] = _ZONE_EDGE
+    img[y0:y1, x1 - 2 : x1] = _ZONE_EDGE
+
+
+def _draw_pickup(img: np.ndarray, x: int, y: int, kind: int) -> None:
+    cell, m = _cell_view(img, x, y), _CELL_PX // 2
+    arm, half = _CELL_PX * 5 // 16, _CELL_PX // 10
+    if kind == 0:  # health: a green cross
+        cell[m - arm : m + arm, m - half : m + half] = (40, 205, 80)
+        cell[m - half : m + half, m - arm : m + arm] = (40, 205, 80)
+    else:  # ammo: a yellow box with a dark band
+        cell[m - arm + 2 : m + arm - 2, m - arm : m + arm] = (235, 200, 40)
+        cell[m - 1 : m + 1, m - arm : m + arm] = (120, 95, 20)
+
+
+def _draw_player(img, x: int, y: int, facing: int, health: int, color) -> None:
+    cell = _cell_view(img, x, y)
+    cell[_RIM] = (10, 10, 12)
+    cell[_DISC] = color
+    cell[_FACING_MARKS[facing]] = (255, 255, 255)
+    # health above the disc, one segment a point
+    seg = (_CELL_PX - 4) // MAX_HEALTH
+    for h in range(MAX_HEALTH):
+        cell[0:3, 2 + h * seg : 1 + (h + 1) * seg] = (90, 235, 90) if h < health else (90, 25, 25)
+
+
+def _draw_fallen(img, x: int, y: int, color) -> None:
+    cell = _cell_view(img, x, y)
+    dim = tuple(c // 2 for c in color)
+    for k in range(4, _CELL_PX - 4):
+        cell[k, k - 1 : k + 2] = dim
+        cell[k, _CELL_PX - k - 2 : _CELL_PX - k + 1] = dim
+
+
+def _draw_ray(img, x: int, y: int, d: int, reach: int) -> None:
+    m = _CELL_PX // 2
+    x0, y0 = _ORIGIN_X + x * _CELL_PX + m, _ORIGIN_Y + y * _CELL_PX + m
+    x1, y1 = x0 + DIR_DX[d] * reach * _CELL_PX, y0 + DIR_DY[d] * reach * _CELL_PX
+    img[min(y0, y1) - 1 : max(y0, y1) + 2, min(x0, x1) - 1 : max(x0, x1) + 2] = _SHOT_COLOR
+
+
+def _frame_cell(img, x: int, y: int, color, width: int) -> None:
+    cell = _cell_view(img, x, y)
+    cell[:width], cell[-width:] = color, color
+    cell[:, :width], cell[:, -width:] = color, color
+
+
+def _draw_status(img, team: int, top: int, color, alive: bool, health: int, ammo: int) -> None:
+    """One player's line in the status strip: colour swatch, health boxes, ammo bar; team 0
+    from the left edge, team 1 mirrored from the right."""
+    line = np.zeros((10, 8 + 4 + MAX_HEALTH * 10, 3), dtype=np.uint8)
+    line[:] = (18, 18, 22)
+    line[0:8, 0:8] = color if alive else tuple(c // 3 for c in color)
+    for h in range(MAX_HEALTH):
+        line[0:7, 12 + h * 10 : 20 + h * 10] = (90, 235, 90) if h < health else (70, 25, 25)
+    line[8:10, 12 : 12 + (MAX_HEALTH * 10 - 2) * ammo // MAX_AMMO] = (235, 200, 40)
+    x0 = 8 if team == 0 else _FRAME_W - 8 - line.shape[1]
+    img[top : top + 10, x0 : x0 + line.shape[1]] = line if team == 0 else line[:, ::-1]

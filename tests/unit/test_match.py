@@ -1,15 +1,21 @@
-"""launch/match's batched games: the same players and scores as one game at a time."""
+"""launch/match: batched games (the same players and scores as one game at a time), the
+rating fit, and the errors of match and enjoy for a newcomer's commands."""
+
+import os
+import random
 
 import numpy as np
 import pytest
 import torch
 
 import envs  # noqa: F401
+from launch import enjoy
 from launch.match import (
     BatchPolicyActor,
     RandomActor,
     SeatActors,
     cross_play,
+    fit_ratings,
     main,
     make_batch_env,
     make_player,
@@ -17,8 +23,11 @@ from launch.match import (
     play_batched,
 )
 from rl_pbt import parse_cfg
+from rl_pbt.config.parse import save_cfg
 from rl_pbt.envs.registry import make_env
 from rl_pbt.envs.wrappers import as_multiagent
+from rl_pbt.learning.checkpoints import write_checkpoint
+from rl_pbt.logging.files import checkpoint_dir
 from rl_pbt.models.actor_critic import make_actor_critic
 from rl_pbt.models.loading import PolicyActor
 
@@ -88,10 +97,12 @@ def test_cross_play_batched_table():
     env = arena()
     batch_env = make_batch_env("arena_duel", 4, seed=0)
     factories = {"chaser": chasers, "idle": lambda seats: SeatActors(Idle, seats)}
-    table, elo = cross_play(env, ["chaser", "idle"], factories, 8, 100_000, batch_env)
+    table, ratings = cross_play(env, ["chaser", "idle"], factories, 8, 100_000, batch_env)
     assert table[0, 1] + table[1, 0] == pytest.approx(1.0)
     assert table[0, 1] >= 0.75
-    assert elo.rating("chaser") > elo.rating("idle")
+    assert ratings.rating("chaser") > ratings.rating("idle")
+    assert ratings.games.tolist() == [8, 8]
+    assert ratings.score[0] == pytest.approx(table[0, 1])
 
 
 def test_seed_makes_the_games_repeat():
@@ -121,3 +132,82 @@ def test_match_main_batched_prints_the_table(capsys):
     out = capsys.readouterr().out
     row = next(line.split() for line in out.splitlines() if line.split()[:2] == ["chaser", "-"])
     assert float(row[-1]) >= 0.8  # chaser's win rate against random
+
+
+def test_fit_ratings_recovers_a_known_win_rate():
+    # A wins 75% of 400 games: the difference is 400 * log10(3) = 190.8, the prior barely moves it
+    games = [(0, 1, 1.0)] * 300 + [(1, 0, 1.0)] * 100
+    elo, stderr = fit_ratings(games, 2)
+    assert elo[0] - elo[1] == pytest.approx(400 * np.log10(3), abs=1.5)
+    assert elo.sum() == pytest.approx(0.0, abs=1e-6)
+    # one game has Fisher information p(1-p) = 3/16 in log-odds: se of the gap = 1/sqrt(75)
+    gap_se = 400 / np.log(10) / np.sqrt(400 * 3 / 16)
+    assert 2 * stderr[0] == pytest.approx(gap_se, rel=0.02)
+    # draws count as half a win: 200 wins, 200 draws of A is again 75%
+    elo_draws, _ = fit_ratings([(0, 1, 1.0)] * 200 + [(0, 1, 0.5)] * 200, 2)
+    assert elo_draws == pytest.approx(elo, abs=1e-6)
+
+
+def test_fit_ratings_ignores_the_order_of_the_games_and_keeps_unbeaten_players_finite():
+    # A beat B, B beat C, A and C drew: an online update would depend on the order
+    games = [(0, 1, 1.0)] * 12 + [(1, 2, 1.0)] * 9 + [(2, 1, 1.0)] * 3 + [(0, 2, 0.5)] * 10
+    elo, _ = fit_ratings(games, 3)
+    shuffled = list(games)
+    random.Random(0).shuffle(shuffled)
+    swapped = [(j, i, 1.0 - s) for i, j, s in shuffled]  # the same games seen from the other side
+    np.testing.assert_allclose(fit_ratings(shuffled, 3)[0], elo, atol=1e-6)
+    np.testing.assert_allclose(fit_ratings(swapped, 3)[0], elo, atol=1e-6)
+    assert elo[0] > elo[1]  # A beat B every time: A ranks above B
+    unbeaten, stderr = fit_ratings([(0, 1, 1.0)] * 50, 2)
+    assert np.all(np.isfinite(unbeaten)) and 200 < unbeaten[0] - unbeaten[1] < 2000
+    assert np.all(np.isfinite(stderr))
+
+
+def fake_run(train_dir, env_name="arena_duel", name="run") -> str:
+    """An experiment folder as training leaves it: config.json and one checkpoint of p0."""
+    cfg = parse_cfg([f"--env={env_name}", f"--experiment={name}", f"--train_dir={train_dir}"])
+    exp_dir = os.path.join(str(train_dir), name)
+    save_cfg(cfg, os.path.join(exp_dir, "config.json"))
+    env = as_multiagent(make_env(env_name, cfg, {"env_id": 0}))
+    model = make_actor_critic(env.observation_space, env.action_space, cfg)
+    folder = checkpoint_dir(exp_dir, 0)
+    write_checkpoint(folder, 1, 10, {"model": model.state_dict()}, keep=1, root=exp_dir)
+    return exp_dir
+
+
+def one_line_error(capsys) -> str:
+    err = capsys.readouterr().err.strip()
+    assert err.count("\n") == 0 and "Traceback" not in err, err
+    return err
+
+
+def test_match_pn_without_experiment_names_the_flag(capsys):
+    assert main(["--env=arena_duel", "--players", "p0", "p1", "--games=2"]) == 2
+    err = one_line_error(capsys)
+    assert "'p0'" in err and "--experiment" in err
+    assert main(["--players", "random", "chaser"]) == 2
+    assert "--env" in one_line_error(capsys)
+
+
+def test_match_reads_the_env_of_the_run(tmp_path, capsys):
+    fake_run(tmp_path)
+    args = [f"--train_dir={tmp_path}", "--experiment=run", "--players", "p0", "chaser"]
+    assert main(args + ["--games=2"]) == 0  # no --env: the run's arena_duel
+    assert "chaser" in capsys.readouterr().out
+    assert main(args + ["--games=2", "--env=arena_2v2"]) == 2
+    err = one_line_error(capsys)
+    assert "'p0'" in err and "arena_duel" in err and "--env=arena_2v2" in err
+
+
+def test_enjoy_takes_the_env_from_the_run(tmp_path, capsys):
+    fake_run(tmp_path)
+    base = [f"--train_dir={tmp_path}", "--experiment=run", "--episodes=1"]
+    assert enjoy.main(base) == 0
+    assert "episode 1:" in capsys.readouterr().out
+    assert enjoy.main(base + ["--env=arena_duel"]) == 0  # agreeing is fine
+    capsys.readouterr()
+    assert enjoy.main(base + ["--env=arena_2v2"]) == 2
+    err = one_line_error(capsys)
+    assert "--env=arena_2v2" in err and "arena_duel" in err
+    assert enjoy.main([f"--train_dir={tmp_path}", "--experiment=nope"]) == 2
+    assert "config.json" in one_line_error(capsys)

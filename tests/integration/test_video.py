@@ -1,0 +1,94 @@
+"""Videos of arena games (rl_pbt.logging.video, `launch.match --save_video`): frames read back
+at the expected count and size, the players visible in their team colours."""
+
+import glob
+import os
+
+import numpy as np
+import pytest
+
+import envs  # noqa: F401
+from launch import match
+from launch.match import RandomActor, make_player
+from rl_pbt.envs.registry import make_env
+from rl_pbt.envs.wrappers import as_multiagent
+from rl_pbt.logging import video
+from rl_pbt.logging.video import VideoWriter, env_fps, fit_frame
+
+iio = pytest.importorskip("imageio.v3")
+
+BLUE, RED = (50, 110, 255), (235, 55, 45)  # the duel's two players (envs/arena/game.py)
+HUD_PX = 32  # the status strip on top of an arena frame, where the colours appear as well
+
+
+def arena_frames(steps: int) -> list[np.ndarray]:
+    """`steps` frames of a scripted chaser against a random player."""
+    env = as_multiagent(make_env("arena_duel", None, {"env_id": 0}, render_mode="rgb_array"))
+    chaser = make_player("chaser", env, None, 1)()
+    rand = RandomActor(env.action_space, 2)
+    obs, _ = env.reset(seed=3)
+    frames = []
+    for _ in range(steps):
+        frames.append(env.render())
+        obs, *_ = env.step([chaser.act(obs[0]), rand.act(obs[1])])
+    assert env_fps(env) == 15
+    return frames
+
+
+def colour_pixels(frame: np.ndarray, colour, tol: int = 40) -> int:
+    """Pixels of the floor (below the status strip) within `tol` of `colour` per channel."""
+    diff = np.abs(frame[HUD_PX:].astype(np.int32) - np.array(colour))
+    return int(np.all(diff <= tol, axis=-1).sum())
+
+
+@pytest.mark.parametrize("ext", [".mp4", ".gif"])
+def test_arena_video_reads_back(tmp_path, ext):
+    frames = arena_frames(36)
+    path = str(tmp_path / f"duel{ext}")
+    with VideoWriter(path, 15) as writer:
+        for frame in frames:
+            writer.append(frame)
+    assert writer.frames == 36 and os.listdir(tmp_path) == [f"duel{ext}"]  # no partial file
+    back = iio.imread(path)
+    assert back.shape[1:] == (416, 416, 3)
+    if ext == ".mp4":
+        assert len(back) == 36
+    else:  # GIF merges repeated frames into one longer frame: the play time tells the count
+        durations = [iio.immeta(path, index=k)["duration"] for k in range(len(back))]
+        assert len(back) <= 36 and sum(durations) == 36 * 70
+    for k in (0, 17, len(back) - 1):
+        assert back[k].std() > 20  # not blank
+        assert colour_pixels(back[k], BLUE) > 100 and colour_pixels(back[k], RED) > 100, k
+
+
+def test_match_save_video(tmp_path, capsys):
+    path = tmp_path / "game.gif"
+    args = ["--env=arena_duel", "--players", "chaser", "random", "--games=2"]
+    assert match.main(args + ["--save_video", str(path)]) == 0
+    assert str(path) in capsys.readouterr().out
+    assert iio.imread(path).shape[1:] == (416, 416, 3)
+    # without a path: under --train_dir (no experiment here), named after the pair
+    assert match.main(args + [f"--train_dir={tmp_path}", "--save_video"]) == 0
+    (saved,) = glob.glob(str(tmp_path / "videos" / "chaser_vs_random_*.mp4"))
+    assert saved in capsys.readouterr().out
+    first = iio.imread(saved)[0]
+    assert colour_pixels(first, BLUE) > 100 and colour_pixels(first, RED) > 100
+
+
+def test_missing_imageio_or_ffmpeg(tmp_path, monkeypatch, capsys):
+    monkeypatch.setattr(video, "ffmpeg_available", lambda: False)
+    args = ["--env=arena_duel", "--players", "chaser", "random", "--games=2"]
+    assert match.main(args + ["--save_video", str(tmp_path / "g.mp4")]) == 0
+    out = capsys.readouterr().out
+    assert "ffmpeg" in out and str(tmp_path / "g.gif") in out and (tmp_path / "g.gif").exists()
+    monkeypatch.setattr(video, "installed", lambda module: module != "imageio")
+    assert match.main(args + ["--save_video"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.count("\n") == 0 and 'pip install -e ".[video]"' in err
+
+
+def test_fit_frame_scales_small_frames_and_pads_to_blocks():
+    doom = np.full((72, 128, 3), 7, dtype=np.uint8)  # a Doom observation
+    assert fit_frame(doom).shape == (144, 256, 3) and fit_frame(doom).min() == 7
+    cartpole = fit_frame(np.ones((400, 600, 3), dtype=np.uint8))
+    assert cartpole.shape == (400, 608, 3) and cartpole[:, 600:].max() == 0
