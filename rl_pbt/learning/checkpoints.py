@@ -30,7 +30,7 @@ from typing import Any, Optional
 
 import torch
 
-from rl_pbt.logging.files import deletable_folder
+from rl_pbt.logging.files import deletable_folder, shared_file_mode
 
 log = logging.getLogger(__name__)
 
@@ -238,6 +238,7 @@ def write_checkpoint(
         if deletable:
             _remove_stale_temps(folder)  # left by a crash mid-write: free their space first
         fd, tmp = tempfile.mkstemp(dir=folder, prefix=_TEMP_PREFIX)
+        os.fchmod(fd, shared_file_mode())  # as open() would: readable by a team's umask
         os.close(fd)
         _write_file(tmp, data)
         os.replace(tmp, path)

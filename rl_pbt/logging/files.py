@@ -12,12 +12,25 @@ from typing import Any, Callable, Optional
 EXPERIMENT_MARKER = ".rl_pbt_experiment"
 
 
+def _current_umask() -> int:
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask
+
+
+def shared_file_mode() -> int:
+    """The mode a plain open() would give a new file (0o666 less the umask): temp files are
+    made 0o600, which would leave results unreadable to a team sharing a folder."""
+    return 0o666 & ~_current_umask()
+
+
 def atomic_write(path: str, write: Callable[[Any], None], mode: str = "w") -> None:
     """Call write(file) on a temp file in the same folder, fsync, then rename over `path`."""
     folder = os.path.dirname(os.path.abspath(path))
     os.makedirs(folder, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=folder, prefix=".tmp_" + os.path.basename(path))
     try:
+        os.fchmod(fd, shared_file_mode())
         with os.fdopen(fd, mode) as f:
             write(f)
             f.flush()

@@ -58,6 +58,7 @@ class TrajectoryBuffers:
     policy_version: torch.Tensor
     rnn_states: torch.Tensor  # [S, T // recurrence, H] (H = 0 without an RNN)
     owner: torch.Tensor  # [S] int8
+    holder: torch.Tensor  # [S] int16: the rollout worker filling the slot (-1: none)
 
     @classmethod
     def allocate(
@@ -92,6 +93,7 @@ class TrajectoryBuffers:
             policy_version=shared((s, t), torch.int64, -1),
             rnn_states=shared((s, t // max(recurrence, 1), rnn_size), torch.float32, float("nan")),
             owner=shared((s,), torch.int8, FREE),
+            holder=shared((s,), torch.int16, -1),
         )
 
     def numpy_views(self) -> dict[str, np.ndarray]:

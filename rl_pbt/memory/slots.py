@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import queue as std_queue
 
+import numpy as np
+
 from rl_pbt.memory.buffers import FREE, LEARNER, WORKER, TrajectoryBuffers
 
 
@@ -21,8 +23,9 @@ class SlotPool:
             self.free_queue, "put_many"
         ) else [self.free_queue.put(s) for s in range(self.buffers.num_slots)]
 
-    def acquire(self, n: int, timeout: float) -> list[int]:
-        """Up to n free slots, waiting at most `timeout` seconds for the first; may return []."""
+    def acquire(self, n: int, timeout: float, holder: int = -1) -> list[int]:
+        """Up to n free slots, waiting at most `timeout` seconds for the first; may return [].
+        `holder`: the rollout worker taking them (its slots come back if it dies)."""
         try:
             slots = self.free_queue.get_many(
                 block=timeout > 0, timeout=timeout, max_messages_to_get=n
@@ -30,9 +33,25 @@ class SlotPool:
         except std_queue.Empty:
             return []
         self.buffers.transfer(slots, FREE, WORKER)
+        self.buffers.holder[slots] = holder
         return slots
+
+    def reclaim(self, holder: int) -> int:
+        """A rollout worker died: the slots it was filling go back to the pool (their partial
+        trajectories are dropped). Returns how many came back."""
+        owner = self.buffers.owner.numpy()
+        held = np.flatnonzero((owner == WORKER) & (self.buffers.holder.numpy() == holder))
+        slots = held.tolist()
+        owner[held] = LEARNER  # release() hands slots over from the learner's side
+        self.release(slots)
+        return len(slots)
 
     def release(self, slots: list[int]) -> None:
         self.buffers.transfer(slots, LEARNER, FREE)
-        for s in slots:
-            self.free_queue.put(s)
+        if not slots:
+            return
+        if hasattr(self.free_queue, "put_many"):
+            self.free_queue.put_many(list(slots))  # one lock for all of them
+        else:
+            for s in slots:
+                self.free_queue.put(s)

@@ -163,8 +163,10 @@ def fresh_seed() -> int:
     return int(np.random.SeedSequence().generate_state(1)[0] & 0x7FFFFFFF)
 
 
-def derive_seed(run_seed: int, role: str, index: int = 0) -> int:
+def derive_seed(run_seed: int, role: str, index: int = 0, restart: int = 0) -> int:
     """Independent seed for one component (policy p's learner, worker w, ...) of a run: every
-    process gets its own stream, and the same run seed gives the same streams."""
-    seq = np.random.SeedSequence([abs(int(run_seed)), _ROLES[role], int(index)])
+    process gets its own stream, and the same run seed gives the same streams. A component
+    restarted after it died (`restart` > 0) gets a fresh stream, not its predecessor's."""
+    entropy = [abs(int(run_seed)), _ROLES[role], int(index)] + ([int(restart)] if restart else [])
+    seq = np.random.SeedSequence(entropy)
     return int(seq.generate_state(1)[0] & 0x7FFFFFFF)

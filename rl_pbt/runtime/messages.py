@@ -141,12 +141,14 @@ class InferenceRequest:
     split: int
     lo: int
     hi: int
+    incarnation: int = 0  # a restarted worker ignores answers meant for the one before it
 
 
 @dataclass
 class InferenceReply:
     server: int
     split: int
+    incarnation: int = 0
 
 
 class LocalQueue:

@@ -89,7 +89,7 @@ def check_picklable_registry(registry: dict[str, EnvEntry], env_name: str, metho
             ) from e
 
 
-def child_setup(spec: RunSpec, role: str, index: int) -> int:
+def child_setup(spec: RunSpec, role: str, index: int, restart: int = 0) -> int:
     """First thing in every child: one CPU thread, the user's envs, this child's own seeds."""
     torch.set_num_threads(1)
     # SIGTERM to the whole process group (timeout, docker stop, Slurm) stops a child the way
@@ -97,7 +97,7 @@ def child_setup(spec: RunSpec, role: str, index: int) -> int:
     signal.signal(signal.SIGTERM, signal.default_int_handler)
     signal.signal(signal.SIGINT, signal.default_int_handler)
     restore_registry(spec.registry)
-    seed = derive_seed(spec.run_seed, role, index)
+    seed = derive_seed(spec.run_seed, role, index, restart)
     seed_everything(seed)
     return seed
 
@@ -132,7 +132,11 @@ def policy_share(cfg: Cfg, num_agents: int, worker_idx: int) -> Optional[list[in
 
 
 def build_worker(
-    spec: RunSpec, worker_idx: int, should_stop: Callable[[], bool], blocking: bool = True
+    spec: RunSpec,
+    worker_idx: int,
+    should_stop: Callable[[], bool],
+    blocking: bool = True,
+    incarnation: int = 0,
 ):
     from rl_pbt.sampling.elo import EloRatings
     from rl_pbt.sampling.matchmaking import LeastServedMatchmaker, make_matchmaker
@@ -173,8 +177,10 @@ def build_worker(
             else None
         ),
         initial_shaping=dict(spec.initial_shaping),
-        seed=derive_seed(spec.run_seed, "worker", worker_idx),
+        # a restarted worker gets fresh env seeds: it must not replay its predecessor's games
+        seed=derive_seed(spec.run_seed, "worker", worker_idx, restart=incarnation),
         inference=spec.inference,
+        incarnation=incarnation,
     )
     worker.snapshot_store = worker_snapshots
     worker.ratings = ratings

@@ -12,6 +12,7 @@ import os
 import queue
 import shutil
 import signal
+import threading
 import time
 import traceback
 from typing import Optional
@@ -38,6 +39,7 @@ from rl_pbt.logging.files import (
     is_inside,
     read_json,
 )
+from rl_pbt.logging.progress import end_of_run_text
 from rl_pbt.logging.stats import PopulationStats
 from rl_pbt.memory.buffers import TrajectoryBuffers, num_slots_needed
 from rl_pbt.memory.param_store import ParamStore
@@ -77,7 +79,12 @@ from rl_pbt.runtime.processes import (
     learner_groups,
     seed_everything,
 )
-from rl_pbt.sampling.elo import EloRatings, matches_from_episode, scores_against_snapshots
+from rl_pbt.sampling.elo import (
+    CrossPlay,
+    EloRatings,
+    matches_from_episode,
+    scores_against_snapshots,
+)
 from rl_pbt.sampling.inference_server import (
     DirectServer,
     InferenceIO,
@@ -94,6 +101,13 @@ RATINGS_EVERY_S = 1.0  # Elo matchmaking: newest ratings to the workers at most 
 
 class ComponentFailure(RuntimeError):
     pass
+
+
+# a rollout worker that dies (killed, a crash in an env's native code) is restarted; one that
+# dies this many times within RESTART_WINDOW_S stops the run
+WORKER_DEATHS_ALLOWED = 3
+RESTART_WINDOW_S = 600.0
+STOP_GRACE_S = 30.0  # a stuck runner waits this long for the children to save, then ends
 
 
 def log(msg: str) -> None:
@@ -259,6 +273,8 @@ class Runner:
             if os.path.isfile(self._elo_path())
             else EloRatings()
         )
+        self.cross_play = CrossPlay(cfg.num_policies)
+        self.stats.elo = self.elo  # each member's rating joins its logged scalars
         self._elo_saved_at = time.time()
         self._ratings_sent: Optional[dict] = None
         self._ratings_sent_at = 0.0
@@ -267,6 +283,11 @@ class Runner:
         self.snapshot_row_of: dict[str, int] = {}  # every snapshot in the pool -> its row
         self.last_snapshot_steps = [0] * cfg.num_policies
         self.processes: list = []
+        self._ctx = None  # the multiprocessing context children start from
+        self.incarnation = [0] * cfg.num_workers  # restarts of each rollout worker
+        self.worker_deaths: dict[int, list[float]] = {}  # monotonic times, within the window
+        self.worker_restarts = 0
+        self._loop_alive = time.monotonic()  # the watchdog's view of the main loop
         self.proc_hb: dict[str, int] = {}  # process name -> its (first) heartbeat row
         self.copy_decided_at: dict[int, float] = {}
         # per replacement: seconds from the decision to the weights copied, to the first
@@ -390,12 +411,21 @@ class Runner:
                 log(f"PBT search space: {note}")
         previous = signal.signal(signal.SIGTERM, _interrupt_on_sigterm)
         try:
-            if cfg.serial_mode:
-                return self._run_serial()
-            return self._run_parallel()
+            status = self._run_serial() if cfg.serial_mode else self._run_parallel()
         finally:
             signal.signal(signal.SIGTERM, previous)
             self.stats.close()
+        print(
+            end_of_run_text(
+                self.exp_dir,
+                cfg,
+                has_pbt=self.pbt is not None,
+                selfplay=self.num_agents > 1,
+                best_policy=self.stats.best_policy(),
+            ),
+            flush=True,
+        )
+        return status
 
     def _worker_factory(self, worker_idx: int, should_stop, blocking: bool = True):
         return build_worker(self.spec(), worker_idx, should_stop, blocking=blocking)
@@ -476,6 +506,12 @@ class Runner:
                 self._start(ctx, inference_process_main, name, (spec, i), spec.inference_hb(i))
         for w in range(self.cfg.num_workers):
             self._start(ctx, worker_process_main, f"rollout_worker_{w}", (spec, w), w)
+        self._write_pids()
+
+    def _write_pids(self) -> None:
+        """pids.json: the process of each component (to watch or profile one, or kill it)."""
+        pids = {"runner": os.getpid(), **{p.name: p.pid for p in self.processes}}
+        atomic_write_json(os.path.join(self.exp_dir, "pids.json"), pids)
 
     def _start(self, ctx, target, name: str, args: tuple, hb_idx: int) -> None:
         proc = ctx.Process(target=target, name=name, daemon=True, args=args)
@@ -492,10 +528,15 @@ class Runner:
         return ctx
 
     def _run_parallel(self) -> int:
-        self._start_processes(self._mp_context())
+        self._ctx = self._mp_context()
+        self._start_processes(self._ctx)
         status = 0
+        self._loop_alive = time.monotonic()
+        self._loop_done = threading.Event()
+        threading.Thread(target=self._watch_loop, name="runner-watchdog", daemon=True).start()
         try:
             while not self._tick():
+                self._loop_alive = time.monotonic()
                 self._check_health()
         except ComponentFailure as e:
             log(f"ERROR: {e}")
@@ -508,17 +549,27 @@ class Runner:
             status = 1
         finally:
             self._shutdown()
+            self._loop_done.set()
         return status
 
     # --- health -----------------------------------------------------------------------------
     def _check_health(self) -> None:
-        for proc in self.processes:
+        for i, proc in enumerate(self.processes):
             if proc.exitcode is not None and not self.stop_flag[0]:
                 idx = self.proc_hb[proc.name]
-                raise ComponentFailure(
+                what = (
                     f"{self.heartbeats.names[idx]} died (exit code {proc.exitcode}) while "
                     f"{self.heartbeats.describe(idx)}"
                 )
+                if proc.exitcode == 1:
+                    # a Python exception: its report (the reason) is on its way; a bug that a
+                    # restart would only repeat, so the run stops with it
+                    self._consume_reports(timeout=1.0)
+                    raise ComponentFailure(what)
+                if proc.name.startswith("rollout_worker_"):
+                    self._restart_worker(i, idx, what)
+                    continue
+                raise ComponentFailure(what)
         stale = self.heartbeats.stale(self.cfg.heartbeat_timeout)
         if stale:
             idx, silent = stale[0]
@@ -526,6 +577,64 @@ class Runner:
                 f"{self.heartbeats.names[idx]} stopped answering "
                 f"{silent:.0f} s ago while {self.heartbeats.describe(idx)}"
             )
+
+    def _watch_loop(self) -> None:
+        """The runner's own heartbeat: if its loop stops turning for --heartbeat_timeout (a
+        shared queue left locked by a process killed inside it can block it for good), stop
+        the children (learners save on the stop flag when they can) and exit, not hang."""
+        while not self._loop_done.wait(1.0):
+            stuck = time.monotonic() - self._loop_alive
+            # stopping takes its own time (saving, joining): the loop has stopped turning then
+            limit = self.cfg.heartbeat_timeout + (90 if self.stop_flag[0] else 0)
+            if stuck < limit:
+                continue
+            log(
+                f"ERROR: the runner's loop has not moved for {stuck:.0f} s (a shared queue "
+                "left locked by a process killed inside it?); stopping: the learners save "
+                "what they can, then every process ends"
+            )
+            self.stop_flag[0] = 1
+            time.sleep(STOP_GRACE_S)
+            for proc in self.processes:
+                if proc.is_alive():
+                    proc.kill()
+            os._exit(1)
+
+    def _restart_worker(self, i: int, w: int, what: str) -> None:
+        """Rollout worker w died without a word (a signal, a crash in native code): give its
+        slots back and start it again with fresh envs; the run goes on."""
+        now = time.monotonic()
+        deaths = [t for t in self.worker_deaths.get(w, []) if now - t < RESTART_WINDOW_S]
+        deaths.append(now)
+        self.worker_deaths[w] = deaths
+        if len(deaths) >= WORKER_DEATHS_ALLOWED:
+            raise ComponentFailure(
+                f"{what}; it died {len(deaths)} times within {RESTART_WINDOW_S / 60:.0f} "
+                "minutes, so the run stops"
+            )
+        reclaimed = self.pool.reclaim(w)
+        drain(self.worker_queues[w])  # what was meant for the dead one; the new one is told anew
+        self.heartbeats.beat(w, hb.STARTING, w)
+        self.incarnation[w] += 1
+        self.worker_restarts += 1
+        name = self.processes[i].name
+        proc = self._ctx.Process(
+            target=worker_process_main,
+            name=name,
+            daemon=True,
+            args=(self.spec(), w, self.incarnation[w]),
+        )
+        proc.start()
+        self.processes[i] = proc
+        self._write_pids()
+        if self.use_snapshots:
+            self.worker_queues[w].put(SetSnapshots(dict(self.snapshot_rows)))
+        self._ratings_sent = None  # the next ratings go out to every worker
+        log(
+            f"{what}: restarted it with fresh envs ({reclaimed} trajectory slots back in the "
+            f"pool; {len(deaths)} of {WORKER_DEATHS_ALLOWED} deaths allowed in "
+            f"{RESTART_WINDOW_S / 60:.0f} minutes)"
+        )
 
     def _shutdown(self) -> None:
         """Stop everyone, let the learners save, write the side state. Never raises on a
@@ -605,6 +714,7 @@ class Runner:
                     matches = matches_from_episode(match.seats, match.teams, match.objectives)
                     for team_a, team_b, score in matches:
                         self.elo.record_match(team_a, team_b, score)
+                        self.cross_play.record(team_a, team_b, score)
                     if self.pbt is not None and not self.pbt_on_episodes:
                         for policy, score in scores_against_snapshots(matches):
                             self.pbt.record_episode(policy, score)
@@ -626,12 +736,8 @@ class Runner:
                     copied, fresh, trained = (
                         max(0.0, msg.data[k] - decided) for k in ("copied", "fresh", "trained")
                     )
+                    # in summary.json (pbt_copy_latency_s); the status block sums PBT up
                     self.copy_latencies.append((copied, fresh, trained))
-                    log(
-                        f"PBT p{msg.policy_id}: weights copied {copied:.3f} s after the decision, "
-                        f"first experience from them {fresh:.3f} s, first update on it "
-                        f"{trained:.3f} s"
-                    )
 
     @staticmethod
     def _error_text(msg: LearnerEvent) -> str:
@@ -644,7 +750,6 @@ class Runner:
         if self.cfg.pbt_target_objective == "elo":
             ratings = [self.elo.rating(p) for p in range(self.num_policies)]
         for d in self.pbt.update(list(self.env_steps), ratings=ratings):
-            log(d.log_line)
             apply = ApplyPBT(d.policy_id, d.source_id, dict(d.hparams))
             if d.source_id is None:
                 self.learner_queues[d.policy_id].put(apply)
@@ -710,6 +815,9 @@ class Runner:
     def _save_elo(self) -> None:
         if len(self.elo):
             atomic_write_json(self._elo_path(), self.elo.to_dict())
+            # the report's win-rate matrix: recent games between members
+            path = os.path.join(self.exp_dir, "cross_play.json")
+            atomic_write_json(path, self.cross_play.to_dict())
         self._elo_saved_at = time.time()
 
     def _broadcast_snapshots(self) -> None:
@@ -719,6 +827,7 @@ class Runner:
     def _save_side_state(self) -> None:
         summary = self.stats.summary(self.env_steps)
         summary["seed"] = self.run_seed  # drawn when --seed was not given: --seed repeats it
+        summary["worker_restarts"] = self.worker_restarts
         summary["pbt_copy_latency_s"] = [
             {"weights_copied": c, "first_experience": f, "first_update": t}
             for c, f, t in self.copy_latencies

@@ -5,6 +5,8 @@ Read by `matchmaking.EloMatchmaker` to pair close opponents and by PBT when it r
 
 from __future__ import annotations
 
+import collections
+import numbers
 from collections.abc import Hashable, Sequence
 from typing import Any, Optional
 
@@ -188,3 +190,43 @@ def scores_against_snapshots(matches: Sequence[Match]) -> list[tuple[int, float]
             if live and all(isinstance(p, str) for p in other):
                 out.extend((int(p), float(score)) for p in team)
     return out
+
+
+class CrossPlay:
+    """Recent results between population members, per pair: the win-rate matrix of the run's
+    report. Only games of one member against one other count (a team of several members, or
+    a frozen snapshot, has no cell of its own); draws count half."""
+
+    def __init__(self, num_policies: int, window: int = 200):
+        self.n = num_policies
+        self.window = window
+        self._scores: dict[tuple[int, int], collections.deque] = {}
+
+    def record(
+        self, team_a: Sequence[Hashable], team_b: Sequence[Hashable], score_a: float
+    ) -> None:
+        if len(team_a) != 1 or len(team_b) != 1:
+            return
+        a, b = team_a[0], team_b[0]
+        if not (isinstance(a, numbers.Integral) and isinstance(b, numbers.Integral)) or a == b:
+            return  # a frozen snapshot (a string id) or a mirror match
+        a, b = int(a), int(b)
+        if a > b:
+            a, b, score_a = b, a, 1.0 - score_a
+        self._scores.setdefault((a, b), collections.deque(maxlen=self.window)).append(score_a)
+
+    def matrix(self) -> tuple[list[list[Optional[float]]], list[list[int]]]:
+        """(win rate of the row member against the column member or None, games per cell)."""
+        rate: list[list[Optional[float]]] = [[None] * self.n for _ in range(self.n)]
+        games = [[0] * self.n for _ in range(self.n)]
+        for (a, b), scores in self._scores.items():
+            if a >= self.n or b >= self.n or not scores:
+                continue
+            mean = sum(scores) / len(scores)
+            rate[a][b], rate[b][a] = mean, 1.0 - mean
+            games[a][b] = games[b][a] = len(scores)
+        return rate, games
+
+    def to_dict(self) -> dict:
+        rate, games = self.matrix()
+        return {"players": [f"p{p}" for p in range(self.n)], "win_rate": rate, "games": games}

@@ -195,7 +195,8 @@ class InferenceServer:
         stats[0] += 1
         stats[1] += float(rows.size)
         for req in requests:
-            self.plan.reply_queues[req.worker_idx].put(InferenceReply(self.idx, req.split))
+            reply = InferenceReply(self.idx, req.split, req.incarnation)
+            self.plan.reply_queues[req.worker_idx].put(reply)
 
     @torch.no_grad()
     def _forward(self, wi: np.ndarray, ai: np.ndarray, rows: np.ndarray) -> None:

@@ -58,8 +58,10 @@ class RolloutWorker(ServerActing):
         initial_shaping: Optional[dict[int, dict]] = None,
         seed: Optional[int] = None,
         inference=None,
+        incarnation: int = 0,
     ):
         self.cfg = cfg
+        self.incarnation = incarnation  # how many times this worker was restarted
         self.idx = worker_idx
         self.buffers = buffers
         self.np = buffers.numpy_views()
@@ -227,7 +229,8 @@ class RolloutWorker(ServerActing):
         slots: list[int] = []
         while len(slots) < n:
             self._beat(hb.WAIT_SLOT)
-            got = self.pool.acquire(n - len(slots), timeout=0.1 if self.blocking else 0.0)
+            timeout = 0.1 if self.blocking else 0.0
+            got = self.pool.acquire(n - len(slots), timeout, holder=self.idx)
             slots += got
             if not got:
                 if not self.blocking:

@@ -63,12 +63,13 @@ class ServerActing:
         self.outstanding[s] = len(servers)
         self.requested[s] = True
         for server in servers:
-            plan.request_queues[server].put(InferenceRequest(self.idx, s, lo, hi))
+            plan.request_queues[server].put(InferenceRequest(self.idx, s, lo, hi, self.incarnation))
 
     def _wait_actions(self, s: int) -> None:
         while self.outstanding[s] > 0:
             for reply in drain(self.remote.reply_queues[self.idx], timeout=0.1):
-                self.outstanding[reply.split] -= 1
+                if reply.incarnation == self.incarnation:
+                    self.outstanding[reply.split] -= 1
             if self.outstanding[s] > 0:
                 if not self.blocking:
                     raise RuntimeError("serial mode: the inference server did not answer")

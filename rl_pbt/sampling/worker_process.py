@@ -12,11 +12,13 @@ from rl_pbt.runtime.messages import LearnerEvent, Stop, drain
 from rl_pbt.sampling.rollout_worker import StopRequested
 
 
-def worker_process_main(spec, worker_idx: int) -> None:
-    """Entry point of rollout worker `worker_idx` (module-level: any start method can run it)."""
+def worker_process_main(spec, worker_idx: int, incarnation: int = 0) -> None:
+    """Entry point of rollout worker `worker_idx` (module-level: any start method can run it);
+    `incarnation` counts the runner's restarts of it after it died."""
     from rl_pbt.runtime.processes import build_worker, child_setup
 
-    child_setup(spec, "worker", worker_idx)
+    # a restarted worker gets fresh seeds: its envs must not replay its predecessor's games
+    child_setup(spec, "worker", worker_idx, restart=incarnation)
     control_queue, report_queue = spec.worker_queues[worker_idx], spec.report_queue
     stop_flag, heartbeats = spec.stop_flag, spec.heartbeats
     worker = None
@@ -26,7 +28,7 @@ def worker_process_main(spec, worker_idx: int) -> None:
         def should_stop() -> bool:
             return bool(stop_flag[0]) or parent.gone()
 
-        worker = build_worker(spec, worker_idx, should_stop)
+        worker = build_worker(spec, worker_idx, should_stop, incarnation=incarnation)
         while not should_stop():
             for msg in drain(control_queue):
                 if isinstance(msg, Stop):

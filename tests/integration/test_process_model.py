@@ -84,6 +84,7 @@ class _FakeProcess:
 
     def __init__(self, target, name, daemon, args):
         self.target, self.name, self.args = target, name, args
+        self.pid = 0
 
     def start(self):
         # what spawn/forkserver do with the target and its arguments, while "spawning"

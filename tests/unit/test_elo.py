@@ -183,3 +183,23 @@ def test_scores_against_snapshots_keeps_live_policies_against_snapshots_only():
         (["snap:a"], ["snap:b"], 1.0),  # two snapshots: nobody
     ]
     assert scores_against_snapshots(matches) == [(0, 1.0), (3, 0.0), (5, 0.5), (6, 0.5)]
+
+
+def test_cross_play_tallies_one_on_one_games_between_members():
+    from rl_pbt.sampling.elo import CrossPlay
+
+    cp = CrossPlay(3, window=4)
+    for score in (1.0, 1.0, 0.5, 0.0):
+        cp.record((0,), (1,), score)
+    cp.record((2,), (0,), 1.0)  # stored from the lower id's side: p0 lost
+    cp.record((0, 1), (2,), 1.0)  # a team of two: no cell
+    cp.record(("snap_a",), (2,), 0.0)  # a frozen snapshot: no cell
+    cp.record((1,), (1,), 1.0)  # a mirror match: no cell
+    for _ in range(4):  # the window keeps the newest 4 results of a pair
+        cp.record((1,), (2,), 0.0)
+    rate, games = cp.matrix()
+    assert rate[0][1] == 0.625 and rate[1][0] == 0.375 and games[0][1] == 4
+    assert rate[0][2] == 0.0 and rate[2][0] == 1.0 and games[2][0] == 1
+    assert rate[1][2] == 0.0 and games[1][2] == 4
+    assert all(rate[i][i] is None for i in range(3))
+    assert cp.to_dict()["players"] == ["p0", "p1", "p2"]

@@ -1,0 +1,218 @@
+"""Faults in a parallel run. A rollout worker whose process dies without a word (here: its env
+kills it with SIGKILL inside step(), as a crash in an env's native code would) is restarted
+with fresh envs and the run finishes its whole budget; one that keeps dying stops the run with
+the reason, checkpoints saved; a learner killed outright stops the run cleanly (the other
+policies saved) and the re-run resumes."""
+
+import glob
+import json
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+
+from rl_pbt.learning.checkpoints import latest_checkpoint, read_checkpoint
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+# argv: train_dir, experiment, worker that dies, deaths (how many of its processes die), then
+# extra flags. Each process of that worker dies at its env 0's step 300 while deaths remain
+# (counted with marker files, so a restarted worker knows what happened before it).
+SCRIPT = """
+import os, signal, sys
+import gymnasium as gym
+from rl_pbt import parse_cfg, register_env, train
+
+TRAIN_DIR, EXPERIMENT, VICTIM, DEATHS = sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys.argv[4])
+
+
+class DyingCartPole(gym.Wrapper):
+    def __init__(self, env, doomed):
+        super().__init__(env)
+        self.doomed, self.steps = doomed, 0
+
+    def step(self, action):
+        self.steps += 1
+        if self.doomed and self.steps == 300:
+            marks = os.path.join(TRAIN_DIR, "deaths")
+            os.makedirs(marks, exist_ok=True)
+            done = len(os.listdir(marks))
+            if done < DEATHS:
+                open(os.path.join(marks, str(done)), "w").close()
+                os.kill(os.getpid(), signal.SIGKILL)
+        return self.env.step(action)
+
+
+def make(full_env_name, cfg, env_config, render_mode=None):
+    env_config = env_config or {}
+    doomed = env_config.get("worker_index") == VICTIM and env_config.get("vector_index") == 0
+    return DyingCartPole(gym.make("CartPole-v1"), doomed)
+
+
+if __name__ == "__main__":
+    register_env("dying_cartpole", make)
+    cfg = parse_cfg(["--env=dying_cartpole", "--num_workers=2", "--num_envs_per_worker=4",
+                     "--rollout=16", "--batch_size=128", "--num_policies=2",
+                     "--encoder_mlp_layers", "16", "--status_interval=1", "--save_every_sec=2",
+                     "--train_dir=" + TRAIN_DIR, "--experiment=" + EXPERIMENT] + sys.argv[5:])
+    sys.exit(train(cfg))
+"""
+
+
+def run_script(tmp_path, experiment, victim, deaths, *extra, timeout=240):
+    script = tmp_path / "dying_train.py"
+    script.write_text(textwrap.dedent(SCRIPT))
+    env = dict(os.environ, PYTHONPATH=ROOT)
+    cmd = [sys.executable, str(script), str(tmp_path), experiment, str(victim), str(deaths)]
+    return subprocess.run(
+        cmd + list(extra), cwd=tmp_path, env=env, capture_output=True, text=True, timeout=timeout
+    )
+
+
+def summary(exp_dir):
+    with open(os.path.join(exp_dir, "summary.json")) as f:
+        return json.load(f)
+
+
+def newest_state(exp_dir, p):
+    return read_checkpoint(latest_checkpoint(os.path.join(exp_dir, f"checkpoint_p{p}")))
+
+
+def test_dead_worker_is_restarted_and_the_run_finishes_its_budget(tmp_path):
+    budget = 60_000
+    out = run_script(tmp_path, "w", 0, 2, f"--train_for_env_steps={budget}")
+    log = out.stdout + out.stderr
+    assert out.returncode == 0, log[-3000:]
+    assert log.count("rollout worker 0 died (exit code -9)") == 2, log[-3000:]
+    assert log.count("restarted it with fresh envs") == 2
+    assert "Traceback" not in log
+    exp_dir = os.path.join(tmp_path, "w")
+    result = summary(exp_dir)
+    assert result["worker_restarts"] == 2
+    for p in (0, 1):
+        assert result["policies"][str(p)]["env_steps"] >= budget
+        assert newest_state(exp_dir, p)["env_steps"] >= budget  # trained on after the restarts
+
+
+def test_a_worker_that_keeps_dying_stops_the_run_with_the_reason(tmp_path):
+    out = run_script(tmp_path, "d", 1, 99, "--train_for_seconds=200")
+    log = out.stdout + out.stderr
+    assert out.returncode == 1, log[-3000:]
+    assert "rollout worker 1 died (exit code -9)" in log
+    assert "died 3 times within 10 minutes, so the run stops" in log, log[-3000:]
+    assert "Traceback" not in log
+    for p in (0, 1):  # stopped cleanly: both learners saved
+        assert glob.glob(os.path.join(tmp_path, "d", f"checkpoint_p{p}", "*.pth"))
+
+
+def train_cmd(train_dir, experiment, *extra):
+    return [
+        sys.executable, "-m", "launch.train", "--env=CartPole-v1", "--num_workers=2",
+        "--num_envs_per_worker=4", "--rollout=16", "--batch_size=128", "--num_policies=2",
+        "--encoder_mlp_layers", "16", "--status_interval=1", "--save_every_sec=2",
+        f"--train_dir={train_dir}", f"--experiment={experiment}", *extra,
+    ]  # fmt: skip
+
+
+def wait_for(predicate, timeout, what):
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        assert time.monotonic() < deadline, f"no {what} within {timeout} s"
+        time.sleep(0.2)
+
+
+def pids(exp_dir):
+    try:
+        with open(os.path.join(exp_dir, "pids.json")) as f:
+            return json.load(f)
+    except (FileNotFoundError, json.JSONDecodeError):
+        return {}
+
+
+def test_killed_learner_stops_the_run_cleanly_and_the_rerun_resumes(tmp_path):
+    exp_dir = os.path.join(tmp_path, "l")
+    cmd = train_cmd(tmp_path, "l", "--train_for_seconds=200", "--heartbeat_timeout=10")
+    proc = subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+    try:
+
+        def training():
+            ckpts = [glob.glob(os.path.join(exp_dir, f"checkpoint_p{p}", "*.pth")) for p in (0, 1)]
+            return all(ckpts) and "learner_1" in pids(exp_dir)
+
+        wait_for(training, 120, "training")
+        os.kill(pids(exp_dir)["learner_1"], signal.SIGKILL)
+        out, _ = proc.communicate(timeout=120)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    log = out.decode(errors="replace")
+    assert proc.returncode == 1, log[-3000:]
+    # killed outside a queue operation, the learner is named at once; killed inside one (it
+    # holds a shared queue's lock for microseconds), the queue stays locked and the runner's
+    # watchdog ends the run instead: either way it stops, and the re-run resumes
+    stuck = "the runner's loop has not moved for"
+    assert "learner 1 died (exit code -9)" in log or stuck in log, log[-3000:]
+    before = [newest_state(exp_dir, p)["env_steps"] for p in (0, 1)]
+    again = subprocess.run(
+        train_cmd(tmp_path, "l", f"--train_for_env_steps={max(before) + 20_000}"),
+        cwd=ROOT, capture_output=True, text=True, timeout=240,
+    )  # fmt: skip
+    assert again.returncode == 0, again.stdout[-3000:] + again.stderr[-3000:]
+    assert "resumed at version" in again.stdout + again.stderr
+    for p in (0, 1):
+        assert newest_state(exp_dir, p)["env_steps"] >= max(before) + 20_000  # counters went on
+
+
+STUCK_SCRIPT = """
+import sys, time
+from rl_pbt import parse_cfg
+from rl_pbt.runtime import runner as runner_module
+
+runner_module.STOP_GRACE_S = 2.0
+ticks = []
+original = runner_module.Runner._tick
+
+
+def tick(self, final=False):
+    ticks.append(1)
+    if len(ticks) > 20 and not final:
+        time.sleep(3600)  # the loop blocks for good, as on a queue a killed process left locked
+    return original(self, final)
+
+
+runner_module.Runner._tick = tick
+cfg = parse_cfg(["--env=CartPole-v1", "--num_workers=1", "--num_envs_per_worker=2",
+                 "--rollout=8", "--batch_size=16", "--encoder_mlp_layers", "8",
+                 "--heartbeat_timeout=3", "--train_for_seconds=300",
+                 "--train_dir=" + sys.argv[1], "--experiment=stuck"])
+sys.exit(runner_module.run(cfg))
+"""
+
+
+def test_a_stuck_runner_loop_ends_the_run_instead_of_hanging(tmp_path):
+    script = tmp_path / "stuck.py"
+    script.write_text(textwrap.dedent(STUCK_SCRIPT))
+    env = dict(os.environ, PYTHONPATH=ROOT)
+    start = time.monotonic()
+    out = subprocess.run(
+        [sys.executable, str(script), str(tmp_path)],
+        cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    log = out.stdout + out.stderr
+    assert out.returncode == 1, log[-3000:]
+    assert "the runner's loop has not moved for" in log, log[-3000:]
+    assert time.monotonic() - start < 60
+    children = [v for k, v in pids(tmp_path / "stuck").items() if k != "runner"]
+    assert children
+    for pid in children:  # no process outlived the runner
+        wait_for(lambda pid=pid: not os.path.exists(f"/proc/{pid}") or _zombie(pid), 10, "exit")
+
+
+def _zombie(pid):
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().split(") ")[1][0] == "Z"
+    except FileNotFoundError:
+        return True
