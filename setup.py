@@ -16,8 +16,17 @@ setup(
     ],
     extras_require={
         "doom": ["vizdoom>=1.2.3"],
-        # psutil: the benchmark scripts' tests measure process memory
-        "test": ["pytest>=7", "ruff>=0.5", "psutil>=5.9"],
+        # psutil: the benchmark scripts' tests measure process memory; the report, video and
+        # W&B tests run with their libraries, not skipped
+        "test": [
+            "pytest>=7",
+            "ruff>=0.5",
+            "psutil>=5.9",
+            "matplotlib>=3.6",
+            "imageio>=2.28",
+            "imageio-ffmpeg>=0.4.8",
+            "wandb>=0.16",
+        ],
         "bench": ["psutil>=5.9"],
         "pettingzoo": ["pettingzoo>=1.24"],
         # counts GPUs through NVML, so the main process never initialises CUDA to count them
