@@ -79,6 +79,7 @@ from rl_pbt.runtime.processes import (
     learner_groups,
     seed_everything,
 )
+from rl_pbt.runtime.run_lock import RunLock
 from rl_pbt.sampling.elo import (
     CrossPlay,
     EloRatings,
@@ -200,6 +201,10 @@ class Runner:
         # the run's seed: --seed, else a fresh one (logged); every process derives its own
         self.run_seed = cfg.seed if cfg.seed is not None else fresh_seed()
 
+        # a second run on the same folder stops here, before anything on disk is touched
+        # (run() takes the lock and holds it until the end)
+        self.run_lock = RunLock(cfg.train_dir, cfg.experiment)
+        self.run_lock.check()
         self.exp_dir, self.resuming = prepare_experiment_dir(cfg)
         save_cfg(cfg, os.path.join(self.exp_dir, "config.json"))
         seed_everything(self.run_seed)
@@ -409,12 +414,14 @@ class Runner:
                 log(f"WARNING: {self.pbt.rebuilt_note}")
             for note in self.pbt.space_notes:
                 log(f"PBT search space: {note}")
+        self.run_lock.acquire()
         previous = signal.signal(signal.SIGTERM, _interrupt_on_sigterm)
         try:
             status = self._run_serial() if cfg.serial_mode else self._run_parallel()
         finally:
             signal.signal(signal.SIGTERM, previous)
             self.stats.close()
+            self.run_lock.release()
         print(
             end_of_run_text(
                 self.exp_dir,

@@ -1,0 +1,74 @@
+"""One run per experiment folder: a lock file beside it, `{train_dir}/.{experiment}.lock`.
+
+The lock is an flock on that file, so the kernel drops it when the process holding it ends,
+however it ends (no stale lock after a crash). The file holds the pid and start time of the
+run holding it, for the message a second run prints. It lies beside the folder, not in it, so
+that --restart_behavior=overwrite can delete the folder while holding it.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import os
+import socket
+import time
+from typing import Optional
+
+from rl_pbt.config.parse import ConfigError
+
+
+def lock_path(train_dir: str, experiment: str) -> str:
+    return os.path.join(train_dir, f".{experiment}.lock")
+
+
+class RunLock:
+    def __init__(self, train_dir: str, experiment: str):
+        self.path = lock_path(train_dir, experiment)
+        self.experiment = experiment
+        self.fd: Optional[int] = None
+
+    def _holder(self) -> str:
+        try:
+            with open(self.path) as f:
+                text = f.read().strip()
+        except OSError:
+            text = ""
+        return text or "another process"
+
+    def _conflict(self) -> ConfigError:
+        return ConfigError(
+            f"--experiment={self.experiment}: another run is using this experiment folder "
+            f"({self._holder()}; lock {self.path}); stop it first or choose another --experiment"
+        )
+
+    def check(self) -> None:
+        """Raise ConfigError when another process holds the lock; holds and writes nothing."""
+        try:
+            fd = os.open(self.path, os.O_RDONLY)
+        except OSError:
+            return  # no lock file: no run holds it (a holder creates it first)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            raise self._conflict() from None
+        finally:
+            os.close(fd)  # closing drops a lock taken here
+
+    def acquire(self) -> None:
+        """Hold the lock until `release` (or the end of the process); ConfigError if taken."""
+        os.makedirs(os.path.dirname(self.path) or ".", exist_ok=True)
+        fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o666)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            os.close(fd)
+            raise self._conflict() from None
+        os.ftruncate(fd, 0)
+        started = time.strftime("%Y-%m-%d %H:%M:%S")
+        os.write(fd, f"pid {os.getpid()} on {socket.gethostname()}, started {started}\n".encode())
+        self.fd = fd
+
+    def release(self) -> None:
+        if self.fd is not None:
+            os.close(self.fd)
+            self.fd = None

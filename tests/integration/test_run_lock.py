@@ -1,0 +1,77 @@
+"""One run per experiment folder: a second run on a folder in use stops with one line naming
+the running process (exit 2) and touches nothing; the lock goes with the process holding it,
+however it ends."""
+
+import multiprocessing
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+
+from rl_pbt.config.parse import ConfigError
+from rl_pbt.runtime.run_lock import RunLock, lock_path
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+
+def _hold(train_dir, ready, done):
+    lock = RunLock(train_dir, "exp")
+    lock.acquire()
+    ready.set()
+    done.wait(30)
+
+
+def test_lock_is_exclusive_and_dies_with_its_holder(tmp_path):
+    ctx = multiprocessing.get_context("spawn")
+    ready, done = ctx.Event(), ctx.Event()
+    holder = ctx.Process(target=_hold, args=(str(tmp_path), ready, done), daemon=True)
+    holder.start()
+    assert ready.wait(60)
+    with pytest.raises(ConfigError, match=rf"pid {holder.pid} .*--experiment"):
+        RunLock(str(tmp_path), "exp").check()
+    with pytest.raises(ConfigError, match=f"pid {holder.pid}"):
+        RunLock(str(tmp_path), "exp").acquire()
+    RunLock(str(tmp_path), "other").acquire()  # another experiment is free
+    os.kill(holder.pid, signal.SIGKILL)  # no chance to clean up: the kernel drops the lock
+    holder.join(10)
+    mine = RunLock(str(tmp_path), "exp")
+    mine.check()
+    mine.acquire()
+    assert f"pid {os.getpid()}" in open(lock_path(str(tmp_path), "exp")).read()
+    mine.release()
+
+
+def test_check_writes_nothing(tmp_path):
+    RunLock(str(tmp_path / "missing"), "exp").check()
+    RunLock(str(tmp_path), "exp").check()
+    assert not os.path.exists(tmp_path / "missing") and os.listdir(tmp_path) == []
+
+
+def test_second_run_on_a_folder_in_use_exits_2_naming_the_first(tmp_path):
+    cmd = [
+        sys.executable, "-m", "launch.train", "--env=CartPole-v1", "--num_workers=1",
+        "--num_envs_per_worker=2", "--rollout=8", "--batch_size=16", "--encoder_mlp_layers",
+        "8", f"--train_dir={tmp_path}", "--experiment=busy", "--train_for_seconds=60",
+    ]  # fmt: skip
+    first = subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        deadline = time.monotonic() + 60
+        while not os.path.exists(tmp_path / "busy" / "pids.json"):
+            assert time.monotonic() < deadline and first.poll() is None, "first run did not start"
+            time.sleep(0.2)
+        before = sorted(os.listdir(tmp_path / "busy"))
+        second = subprocess.run(
+            cmd + ["--restart_behavior=overwrite"], cwd=ROOT, capture_output=True, text=True,
+            timeout=60,
+        )  # fmt: skip
+        assert second.returncode == 2, second.stdout + second.stderr
+        err = second.stderr.strip().splitlines()
+        assert len(err) == 1 and f"pid {first.pid}" in err[0], second.stderr
+        assert "Traceback" not in second.stdout + second.stderr
+        assert sorted(os.listdir(tmp_path / "busy")) == before  # not overwritten
+    finally:
+        first.send_signal(signal.SIGINT)
+        first.wait(60)
