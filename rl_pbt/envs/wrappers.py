@@ -40,7 +40,7 @@ class SingleToMultiAgent:
             obs, reset_info = self.env.reset()
             info = dict(info)
             info["reset_info"] = reset_info
-        return [obs], [float(rew)], [bool(terminated)], [bool(truncated)], [info]
+        return [obs], [rew], [bool(terminated)], [bool(truncated)], [info]
 
     def close(self):
         self.env.close()

@@ -27,6 +27,7 @@ from rl_pbt.config.policy_values import (
     load_policy_values,
     split_values,
 )
+from rl_pbt.envs.contract import EnvContractError
 from rl_pbt.envs.registry import make_env, registry_snapshot
 from rl_pbt.envs.wrappers import as_multiagent, reward_shaping_target
 from rl_pbt.learning.checkpoints import CheckpointWriteError
@@ -465,11 +466,11 @@ class Runner:
         host.start(self.resuming)
         self._initial_messages()
         self.serve_in_process(learners)
-        workers = [
-            self._worker_factory(i, lambda: False, blocking=False) for i in range(cfg.num_workers)
-        ]
+        workers: list = []
         status = 0
         try:
+            for i in range(cfg.num_workers):  # their envs start here: an env may fail already
+                workers.append(self._worker_factory(i, lambda: False, blocking=False))
             while True:
                 for w, worker in enumerate(workers):
                     for msg in drain(self.worker_queues[w]):
@@ -481,6 +482,9 @@ class Runner:
                     break
         except KeyboardInterrupt:
             log("interrupted: saving checkpoints")
+            status = 1
+        except EnvContractError as e:  # the env's fault: one line naming it
+            log(f"ERROR: {e}")
             status = 1
         except Exception:  # stop as a parallel run does: say why, save what is sound
             log(f"ERROR:\n{traceback.format_exc()}")

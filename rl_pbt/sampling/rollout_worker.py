@@ -16,6 +16,15 @@ import numpy as np
 import torch
 
 from rl_pbt.config.parse import recurrence
+from rl_pbt.envs.contract import (
+    EnvContractError,
+    call_failed,
+    check_counts,
+    check_objective,
+    check_reward,
+    observation_misfit,
+    where,
+)
 from rl_pbt.envs.wrappers import BatchCopy, as_multiagent, reward_shaping_target
 from rl_pbt.memory.buffers import QUEUED, WORKER, TrajectoryBuffers
 from rl_pbt.memory.param_store import ParamStore
@@ -171,16 +180,31 @@ class RolloutWorker(ServerActing):
         if self.heartbeats is not None:
             self.heartbeats.beat(self.hb_idx, activity, detail)
 
+    def _where(self, e: int, agent: Optional[int] = None) -> str:
+        return where(self.cfg.env, self.idx, e, agent)
+
+    def _env_call(self, e: int, call: str, fn, *args, **kwargs):
+        """An env's reset()/step(): an exception in it stops the run with one line naming it."""
+        try:
+            return fn(*args, **kwargs)
+        except EnvContractError:
+            raise
+        except Exception as ex:
+            raise call_failed(self._where(e), call, ex) from ex
+
     def _start_envs(self) -> None:
         self.action_space.seed(int(self.rng.integers(2**31)))
         self.unscored = np.zeros(self.num_actors, dtype=bool)  # episode not to be reported
         for e, env in enumerate(self.envs):
             self._beat(hb.RESETTING, e)
-            obs_list, _ = env.reset(seed=int(self.rng.integers(2**31)))
+            obs_list, _ = self._env_call(
+                e, "reset()", env.reset, seed=int(self.rng.integers(2**31))
+            )
             if self.cfg.decorrelate_envs_on_one_worker and self.num_agents == 1:
                 warm_up = int(self.rng.integers(0, 2 * self.T))
                 for _ in range(warm_up):
-                    obs_list, *_ = env.step([self.action_space.sample()])
+                    step = self._env_call(e, "step()", env.step, [self.action_space.sample()])
+                    obs_list = step[0]
                 # that episode was partly played at random: kept out of the statistics and
                 # PBT's objective windows
                 self.unscored[e] = warm_up > 0
@@ -192,8 +216,27 @@ class RolloutWorker(ServerActing):
                 self.slot[i] = self._acquire(1)[0]
 
     def _store_obs(self, actor: int, obs) -> None:
-        for k, v in obs_to_dict(self.obs_space, obs).items():
-            self.cur_obs[k][actor] = v
+        try:
+            for k, v in obs_to_dict(self.obs_space, obs).items():
+                self.cur_obs[k][actor] = v
+        except (ValueError, TypeError, KeyError, IndexError) as ex:
+            e, a = divmod(actor, self.num_agents)
+            raise observation_misfit(self._where(e, a), obs, self.obs_space, ex) from ex
+
+    def _rewards(self, e: int, rewards) -> np.ndarray:
+        """One step's rewards of env copy e as float32; a reward that is no finite number
+        stops the run naming its agent."""
+        try:
+            out = np.asarray(rewards, dtype=np.float32)
+            if np.isfinite(out).all():
+                return out
+        except (TypeError, ValueError):
+            pass
+        for a, r in enumerate(rewards):
+            value = check_reward(self._where(e, a), r)  # raises for the first bad one
+            if not np.isfinite(np.float32(value)):
+                raise EnvContractError(f"{self._where(e, a)}: the reward {value} overflows float32")
+        raise EnvContractError(f"{self._where(e)}: step() returned rewards {rewards!r}")
 
     def _trains(self, actor: int) -> bool:
         return isinstance(self.seat[actor], (int, np.integer))
@@ -364,7 +407,8 @@ class RolloutWorker(ServerActing):
             to_env_action(self.act_spec, self.action_space, actions[base + a])
             for a in range(self.num_agents)
         ]
-        obs, rew, term, trunc, infos = self.envs[e].step(env_actions)
+        obs, rew, term, trunc, infos = self._env_call(e, "step()", self.envs[e].step, env_actions)
+        check_counts(self._where(e), obs, rew, self.num_agents)
         dones = np.logical_or(np.asarray(term, bool), np.asarray(trunc, bool))
         self._record(e, obs, rew, dones, infos, finished)
 
@@ -378,7 +422,7 @@ class RolloutWorker(ServerActing):
                 [to_env_action(spec, space, actions[e * n + a]) for a in range(n)] for e in range(k)
             ]
         self._beat(hb.STEPPING, -1)
-        obs, rew, term, trunc, infos = self.batch.step(env_actions)
+        obs, rew, term, trunc, infos = self._env_call(-1, "step()", self.batch.step, env_actions)
         dones = np.logical_or(np.asarray(term, bool), np.asarray(trunc, bool))
         if dones.ndim == 1:  # one flag per copy: every agent of the copy shares it
             dones = np.broadcast_to(dones[:, None], (k, n))
@@ -466,17 +510,18 @@ class RolloutWorker(ServerActing):
     def _record(self, e, obs, rew, dones, infos, finished) -> None:
         n = self.num_agents
         base = e * n
-        rew = np.asarray(rew, dtype=np.float32)
+        rew = self._rewards(e, rew)
         for a in range(n):
             i = base + a
             info = infos[a] if infos else {}
             active = bool(info.get("is_active", True))
+            r = rew[a]
             if self._trains(i):
                 s, t = self.slot[i], self.t[i]
-                self.np["rewards"][s, t] = rew[a]
+                self.np["rewards"][s, t] = r
                 self.np["dones"][s, t] = float(dones[a])
                 self.np["valid"][s, t] = active
-            self.ep_return[i] += rew[a]
+            self.ep_return[i] += r
             self.ep_len[i] += 1
             if self.count_steps is not None and self._trains(i):
                 self.count_steps(self.seat[i], 1)
@@ -487,7 +532,7 @@ class RolloutWorker(ServerActing):
                 if self.unscored[i]:
                     self.unscored[i] = False
                 else:
-                    self.episodes.append(self._episode_stats(i, info))
+                    self.episodes.append(self._episode_stats(i, info, e, a))
                 self.ep_return[i] = 0.0
                 self.ep_len[i] = 0
         if dones.all():
@@ -523,8 +568,10 @@ class RolloutWorker(ServerActing):
             elif self.slot[i] >= 0:
                 self.slot[i] = -1
 
-    def _episode_stats(self, i: int, info: dict) -> EpisodeStats:
+    def _episode_stats(self, i: int, info: dict, e: int, agent: int) -> EpisodeStats:
         objective = info.get(self.target_key)
+        if objective is not None:
+            objective = check_objective(self._where(e, agent), self.target_key, objective)
         extra = {k: float(v) for k, v in info.get("episode_extra_stats", {}).items()}
         if "true_objective" in info and self.target_key != "true_objective":
             extra["true_objective"] = float(info["true_objective"])

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import traceback
 
+from rl_pbt.envs.contract import EnvContractError
 from rl_pbt.runtime import heartbeat as hb
 from rl_pbt.runtime.messages import LearnerEvent, Stop, drain
 from rl_pbt.sampling.rollout_worker import StopRequested
@@ -37,6 +38,9 @@ def worker_process_main(spec, worker_idx: int, incarnation: int = 0) -> None:
             worker.step()
     except (StopRequested, KeyboardInterrupt):
         pass
+    except EnvContractError as e:  # the env's fault: one line naming it, no traceback
+        report_queue.put(LearnerEvent(-1, "error", f"rollout worker {worker_idx}: {e}"))
+        raise SystemExit(1) from None
     except Exception:
         report_queue.put(
             LearnerEvent(-1, "error", f"rollout worker {worker_idx}: {traceback.format_exc()}")

@@ -1,0 +1,110 @@
+"""An env that breaks its contract stops the run with one line naming the env, the copy and
+agent, and the broken rule; never a traceback, never training on poisoned data."""
+
+import gymnasium as gym
+import numpy as np
+import pytest
+
+from rl_pbt import parse_cfg, register_env
+from rl_pbt.runtime.runner import Runner
+
+
+class Broken(gym.Env):
+    """CartPole-like dynamics-free env that breaks one rule after `at` steps."""
+
+    def __init__(self, fault: str, at: int = 10):
+        self.fault, self.at, self.t = fault, at, 0
+        self.observation_space = gym.spaces.Box(-1, 1, (4,), np.float32)
+        self.action_space = gym.spaces.Discrete(2)
+
+    def reset(self, seed=None, options=None):
+        if self.fault == "reset_raises":
+            raise RuntimeError("the game server is gone")
+        self.t = 0
+        return np.zeros(4, np.float32), {}
+
+    def step(self, action):
+        self.t += 1
+        obs, reward, done, info = np.zeros(4, np.float32), 0.1, self.t % 25 == 0, {}
+        if done:
+            info["true_objective"] = 1.0
+        if self.t >= self.at:
+            if self.fault == "obs_shape":
+                obs = np.zeros(5, np.float32)
+            elif self.fault == "nan_reward":
+                reward = float("nan")
+            elif self.fault == "text_reward":
+                reward = "high"
+            elif self.fault == "step_raises":
+                raise ValueError("action out of range")
+            elif self.fault == "objective" and done:
+                info["true_objective"] = "win"
+        return obs, reward, done, False, info
+
+
+class BrokenMultiAgent:
+    """Two agents, but step() answers for one of them only."""
+
+    is_multiagent = True
+    num_agents = 2
+
+    def __init__(self):
+        self.observation_space = gym.spaces.Box(-1, 1, (4,), np.float32)
+        self.action_space = gym.spaces.Discrete(2)
+
+    def reset(self, seed=None, options=None):
+        return [np.zeros(4, np.float32)] * 2, [{}, {}]
+
+    def step(self, actions):
+        return [np.zeros(4, np.float32)], [0.0], [False], [False], [{}]
+
+    def close(self):
+        pass
+
+
+FAULTS = {
+    "obs_shape": ("agent 0", "does not fit the observation space"),
+    "nan_reward": ("agent 0", "the reward is nan"),
+    "text_reward": ("agent 0", "the reward 'high' is not a number"),
+    "step_raises": ("copy", "step() raised ValueError: action out of range"),
+    "reset_raises": ("copy", "reset() raised RuntimeError: the game server is gone"),
+    "objective": ("agent 0", "info['true_objective'] at the end of an episode is 'win'"),
+}
+
+
+def run(tmp_path, env_name, *extra):
+    cfg = parse_cfg(
+        [f"--env={env_name}", "--num_workers=1", "--num_envs_per_worker=2", "--rollout=8",
+         "--batch_size=16", "--encoder_mlp_layers", "8", "--train_for_seconds=60",
+         f"--train_dir={tmp_path}", "--experiment=broken", *extra]
+    )  # fmt: skip
+    return Runner(cfg).run()
+
+
+@pytest.mark.parametrize("fault", list(FAULTS))
+def test_broken_env_is_named_with_the_rule(tmp_path, capsys, fault):
+    name = f"broken_{fault}"
+    register_env(name, lambda full_name, cfg, env_config, render_mode=None: Broken(fault))
+    assert run(tmp_path, name, "--serial_mode", "--decorrelate_envs_on_one_worker=False") == 1
+    out = capsys.readouterr()
+    text = out.out + out.err
+    who, rule = FAULTS[fault]
+    line = next((ln for ln in text.splitlines() if "ERROR" in ln), "")
+    assert f"env '{name}' (worker 0, copy" in line and who in line and rule in line, text[-2000:]
+    assert "Traceback" not in text
+
+
+def test_wrong_number_of_agents_is_named(tmp_path, capsys):
+    register_env("broken_agents", lambda *a, **k: BrokenMultiAgent())
+    assert run(tmp_path, "broken_agents", "--serial_mode") == 1
+    text = capsys.readouterr().out
+    assert "step() returned 1 observations for num_agents=2" in text, text[-2000:]
+    assert "env 'broken_agents' (worker 0, copy 0)" in text and "Traceback" not in text
+
+
+def test_broken_env_in_a_worker_process_is_one_line(tmp_path, capsys):
+    register_env("broken_parallel", lambda *a, **k: Broken("nan_reward", at=20))
+    assert run(tmp_path, "broken_parallel", "--mp_start_method=fork") == 1
+    text = capsys.readouterr().out
+    assert "ERROR: rollout worker 0: env 'broken_parallel' (worker 0, copy" in text, text[-2000:]
+    assert "the reward is nan" in text and "Traceback" not in text
