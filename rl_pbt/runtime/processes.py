@@ -9,9 +9,12 @@ spec in one process.
 
 from __future__ import annotations
 
+import os
 import pickle
 import random
 import signal
+import threading
+import time
 from dataclasses import dataclass
 from functools import partial
 from typing import Any, Callable, Optional
@@ -89,6 +92,21 @@ def check_picklable_registry(registry: dict[str, EnvEntry], env_name: str, metho
             ) from e
 
 
+ORPHAN_GRACE_S = 10.0
+
+
+def _end_if_orphaned() -> None:
+    """A child whose runner died stops by itself (learners save first), seeing it through
+    `ParentWatch` in its loop. If its main thread is blocked for good instead (on a shared
+    queue left locked by the killed runner), this thread ends the process after a grace
+    period, so that no process outlives the run."""
+    parent = os.getppid()
+    while os.getppid() == parent:
+        time.sleep(1.0)
+    time.sleep(ORPHAN_GRACE_S)
+    os._exit(1)
+
+
 def child_setup(spec: RunSpec, role: str, index: int, restart: int = 0) -> int:
     """First thing in every child: one CPU thread, the user's envs, this child's own seeds."""
     torch.set_num_threads(1)
@@ -97,6 +115,7 @@ def child_setup(spec: RunSpec, role: str, index: int, restart: int = 0) -> int:
     signal.signal(signal.SIGTERM, signal.default_int_handler)
     signal.signal(signal.SIGINT, signal.default_int_handler)
     restore_registry(spec.registry)
+    threading.Thread(target=_end_if_orphaned, name="orphan-guard", daemon=True).start()
     seed = derive_seed(spec.run_seed, role, index, restart)
     seed_everything(seed)
     return seed

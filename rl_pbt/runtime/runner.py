@@ -280,7 +280,8 @@ class Runner:
             else EloRatings()
         )
         self.cross_play = CrossPlay(cfg.num_policies)
-        self.stats.elo = self.elo  # each member's rating joins its logged scalars
+        if self.num_agents > 1:
+            self.stats.elo = self.elo  # each member's rating joins its logged scalars
         self._elo_saved_at = time.time()
         self._ratings_sent: Optional[dict] = None
         self._ratings_sent_at = 0.0
@@ -824,7 +825,7 @@ class Runner:
             self._save_elo()
 
     def _save_elo(self) -> None:
-        if len(self.elo):
+        if len(self.elo) and self.num_agents > 1:  # ratings come from games between players
             atomic_write_json(self._elo_path(), self.elo.to_dict())
             # the report's win-rate matrix: recent games between members
             path = os.path.join(self.exp_dir, "cross_play.json")
