@@ -29,6 +29,22 @@ def test_parallel_two_policies_learn(tmp_path):
         assert n == 20
         assert steps >= 300_000
         assert mean_return >= 195, f"policy {p}: mean of last 20 episodes {mean_return}"
+    # resumed, the first episodes are played by the checkpoint's weights, never by zeros or a
+    # fresh init: they score like the end of the first run (a random policy scores ~20)
+    more = max(steps for _, _, steps in result.values()) + 20_000
+    resumed = parse_cfg(
+        FLAGS
+        + ["--num_workers=2", "--num_policies=2", f"--train_dir={tmp_path}", "--experiment=cp2"]
+        + [f"--train_for_env_steps={more}", "--stats_avg=100"]
+        + ["--decorrelate_envs_on_one_worker=False"]  # every first episode counts
+    )
+    assert train(resumed) == 0
+    with open(os.path.join(tmp_path, "cp2", "summary.json")) as f:
+        policies = json.load(f)["policies"]
+    for p, s in policies.items():
+        first = s["recent_returns"][:20]
+        assert len(first) == 20, (p, len(first))
+        assert sum(first) / 20 >= 150, f"policy {p}: first 20 episodes after resume {first}"
 
 
 def test_serial_one_policy_learns(tmp_path):
