@@ -345,7 +345,7 @@ def end_of_run_text(
     summary = q(os.path.join(exp_dir, ".summary"))
     hints.append(
         (
-            "curves in TensorBoard (first: pip install tensorboard)",
+            "curves in TensorBoard (installed by the report extra, or pip install tensorboard)",
             f"tensorboard --logdir {summary}",
         )
     )
