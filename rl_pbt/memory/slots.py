@@ -32,15 +32,20 @@ class SlotPool:
             )
         except std_queue.Empty:
             return []
-        self.buffers.transfer(slots, FREE, WORKER)
+        # the holder first: the runner reclaims slots that are WORKER-owned *and* held by a
+        # dead worker, so a slot must never show WORKER with a previous user's holder
         self.buffers.holder[slots] = holder
+        self.buffers.transfer(slots, FREE, WORKER)
         return slots
 
     def reclaim(self, holder: int) -> int:
         """A rollout worker died: the slots it was filling go back to the pool (their partial
         trajectories are dropped). Returns how many came back."""
         owner = self.buffers.owner.numpy()
-        held = np.flatnonzero((owner == WORKER) & (self.buffers.holder.numpy() == holder))
+        # owner read before holder: live workers write a slot's holder before its owner, so
+        # a slot another worker takes meanwhile never matches with a stale holder
+        by_worker = owner == WORKER
+        held = np.flatnonzero(by_worker & (self.buffers.holder.numpy() == holder))
         slots = held.tolist()
         owner[held] = LEARNER  # release() hands slots over from the learner's side
         self.release(slots)

@@ -50,6 +50,25 @@ def test_slot_has_one_owner_at_a_time():
     assert (b.owner.numpy()[got[:2]] == FREE).all()
 
 
+def test_reclaim_returns_only_the_dead_workers_slots():
+    b = make_buffers(6)
+    pool = SlotPool(b, LocalQueue())
+    pool.fill()
+    first = pool.acquire(3, timeout=0, holder=1)  # worker 1 fills them, they go to a learner
+    b.transfer(first, WORKER, QUEUED)
+    b.transfer(first, QUEUED, LEARNER)
+    pool.release(first)
+    mine = pool.acquire(3, timeout=0, holder=0)  # worker 0 gets slots worker 1 used before
+    theirs = pool.acquire(3, timeout=0, holder=1)
+    assert sorted(mine + theirs) == list(range(6))
+    b.transfer(theirs[:1], WORKER, QUEUED)  # one already sent: the learner keeps it
+    assert pool.reclaim(1) == 2  # worker 1 died: its two unsent slots come back
+    owner = b.owner.numpy()
+    assert (owner[mine] == WORKER).all() and owner[theirs[0]] == QUEUED
+    assert (owner[theirs[1:]] == FREE).all()
+    assert sorted(pool.acquire(6, timeout=0, holder=2)) == sorted(theirs[1:])
+
+
 def test_param_store_roundtrip_and_versions():
     net = torch.nn.Linear(3, 2)
     store = ParamStore(2, flat_state_size(net), 1)
