@@ -135,7 +135,8 @@ def main(argv: Optional[list[str]] = None) -> int:
                     pending = None
                 elif now - pending["at"] > args.recovery_timeout:
                     pending = None  # stays "not recovered"
-            if pending is None and now >= next_kill:
+            if pending is None and now >= next_kill and now - start < seconds - 60:
+                # (no kill in the last minute: its recovery would not be seen)
                 pids = read_pids(exp_dir)
                 workers = sorted(k for k in pids if k.startswith("rollout_worker_"))
                 if workers:

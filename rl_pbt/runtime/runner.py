@@ -629,7 +629,10 @@ class Runner:
         self.heartbeats.beat(w, hb.STARTING, w)
         self.incarnation[w] += 1
         self.worker_restarts += 1
-        name = self.processes[i].name
+        dead = self.processes[i]
+        name = dead.name
+        dead.join(timeout=1.0)
+        dead.close()  # its sentinel pipe and the rest go now, not at the end of the run
         proc = self._ctx.Process(
             target=worker_process_main,
             name=name,
