@@ -50,7 +50,7 @@ from typing import Optional
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from benchmarks.throughput import ROOT, process_tree, raw_env_rate, tree_uss_mb  # noqa: E402
-from rl_pbt.logging.files import scalars_path  # noqa: E402
+from rl_pbt.logging.files import read_scalars, scalars_path  # noqa: E402
 
 # workload key -> (env name, flags of the training run and of its raw ceiling)
 WORKLOADS: dict[str, tuple[str, list[str]]] = {
@@ -173,17 +173,9 @@ def _scalar_points(exp_dir: str) -> list[tuple[float, int]]:
     log (stats/scalars.jsonl: one line per policy and write)."""
     latest: dict[int, int] = {}
     points: list[tuple[float, int]] = []
-    try:
-        with open(scalars_path(exp_dir)) as f:
-            for line in f:
-                try:
-                    rec = json.loads(line)
-                    latest[int(rec["policy"])] = int(rec["env_steps"])
-                    points.append((float(rec["time"]), sum(latest.values())))
-                except (ValueError, KeyError, TypeError):
-                    continue  # a torn last line
-    except FileNotFoundError:
-        return []
+    for rec in read_scalars(scalars_path(exp_dir))[0]:  # a torn last line is skipped
+        latest[rec["policy"]] = int(rec["env_steps"])
+        points.append((float(rec.get("time", 0.0)), sum(latest.values())))
     return points
 
 

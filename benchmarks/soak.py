@@ -37,7 +37,7 @@ import numpy as np
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from benchmarks.throughput import ROOT, process_tree, tree_uss_mb  # noqa: E402
-from rl_pbt.logging.files import scalars_path  # noqa: E402
+from rl_pbt.logging.files import read_scalars, scalars_path  # noqa: E402
 
 
 def tree_fds(pid: int) -> int:
@@ -62,18 +62,8 @@ def read_pids(exp_dir: str) -> dict:
 
 def trained_steps(exp_dir: str) -> int:
     """The population's trained env steps, from the newest line per policy of the scalar log."""
-    latest: dict[int, int] = {}
-    try:
-        with open(scalars_path(exp_dir)) as f:
-            for line in f:
-                try:
-                    rec = json.loads(line)
-                    latest[int(rec["policy"])] = int(rec["env_steps"])
-                except (ValueError, KeyError, TypeError):
-                    continue
-    except OSError:
-        return 0
-    return sum(latest.values())
+    records, _ = read_scalars(scalars_path(exp_dir))
+    return sum({rec["policy"]: int(rec["env_steps"]) for rec in records}.values())
 
 
 def slope_and_spread(samples: list[tuple[float, float]]) -> tuple[float, float]:

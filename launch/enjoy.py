@@ -20,7 +20,13 @@ import envs  # noqa: F401  (registers the built-in envs)
 from rl_pbt.config.parse import experiment_dir
 from rl_pbt.envs.registry import make_env
 from rl_pbt.envs.wrappers import as_multiagent
-from rl_pbt.logging.video import VideoWriter, check_video_path, default_video_path, env_fps
+from rl_pbt.logging.video import (
+    VideoWriter,
+    add_video_flag,
+    check_video_path,
+    default_video_path,
+    env_fps,
+)
 from rl_pbt.models.loading import PolicyActor, experiment_cfg, load_policy
 
 
@@ -37,15 +43,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--episodes", type=int, default=10)
     parser.add_argument("--deterministic", action="store_true", help="argmax actions")
     parser.add_argument("--max_steps", type=int, default=100_000, help="bound on total steps")
-    parser.add_argument(
-        "--save_video",
-        nargs="?",
-        const="",
-        default=None,
-        metavar="PATH",
-        help="record the episodes as .mp4 (or .gif, by the extension); without PATH: "
-        "{train_dir}/{experiment}/videos/p{policy}_TIME.mp4",
-    )
+    add_video_flag(parser, "the episodes", "p{policy}")
     return parser
 
 

@@ -36,7 +36,13 @@ import torch
 import envs  # noqa: F401  (registers the built-in envs)
 from rl_pbt.envs.registry import has_batched_env, make_env, make_env_batch
 from rl_pbt.envs.wrappers import as_multiagent
-from rl_pbt.logging.video import VideoWriter, check_video_path, default_video_path, env_fps
+from rl_pbt.logging.video import (
+    VideoWriter,
+    add_video_flag,
+    check_video_path,
+    default_video_path,
+    env_fps,
+)
 from rl_pbt.models.action_dist import to_env_action
 from rl_pbt.models.loading import PolicyActor, experiment_cfg, load_policy
 from rl_pbt.sampling.elo import DEFAULT_RATING
@@ -371,15 +377,7 @@ def build_parser() -> argparse.ArgumentParser:
         default=1,
         help="games played at once in the env's batched version (1: one game at a time)",
     )
-    parser.add_argument(
-        "--save_video",
-        nargs="?",
-        const="",
-        default=None,
-        metavar="PATH",
-        help="record one more game of the first two players as .mp4 (or .gif, by the "
-        "extension); without PATH: {train_dir}/{experiment}/videos/A_vs_B_TIME.mp4",
-    )
+    add_video_flag(parser, "one more game of the first two players", "A_vs_B")
     return parser
 
 

@@ -29,6 +29,7 @@ from rl_pbt.logging.files import (
     policy_cfg_path,
     policy_shaping_path,
     read_json,
+    read_scalars,
     scalars_path,
 )
 from rl_pbt.pbt.lineage import family_tree_dot, family_tree_text, lineage_path, read_events
@@ -58,37 +59,6 @@ Curves = dict[int, tuple[list[float], list[float]]]
 
 
 # ---------------------------------------------------------------------------- reading
-
-
-def read_scalars(path: str) -> tuple[list[dict[str, Any]], int]:
-    """Records of the scalar log in file order, and how many lines were skipped (unparsable,
-    e.g. the line a running run is writing, or not a record)."""
-    if not os.path.isfile(path):
-        return [], 0
-    with open(path, "rb") as f:
-        lines = f.read().split(b"\n")
-    records, skipped = [], 0
-    for raw in lines:
-        if not raw.strip():
-            continue
-        try:
-            rec = json.loads(raw.decode("utf-8"))
-        except (UnicodeDecodeError, ValueError):
-            skipped += 1
-            continue
-        ok = (
-            isinstance(rec, dict)
-            and isinstance(rec.get("policy"), int)
-            and not isinstance(rec.get("policy"), bool)
-            and rec["policy"] >= 0
-            and isinstance(rec.get("env_steps"), (int, float))
-            and isinstance(rec.get("scalars"), dict)
-        )
-        if ok:
-            records.append(rec)
-        else:
-            skipped += 1
-    return records, skipped
 
 
 def member_timelines(records: list[dict[str, Any]]) -> tuple[dict[int, list[dict]], int]:

@@ -101,3 +101,34 @@ def deletable_folder(folder: str, root: str) -> bool:
     """Old files in `folder` may be deleted: it is a real folder (not a link to somewhere
     else) inside the experiment folder `root`."""
     return not os.path.islink(folder) and is_inside(folder, root)
+
+
+def read_scalars(path: str) -> tuple[list[dict[str, Any]], int]:
+    """Records of the scalar log in file order, and how many lines were skipped (unparsable,
+    e.g. the line a running run is writing, or not a record)."""
+    if not os.path.isfile(path):
+        return [], 0
+    with open(path, "rb") as f:
+        lines = f.read().split(b"\n")
+    records, skipped = [], 0
+    for raw in lines:
+        if not raw.strip():
+            continue
+        try:
+            rec = json.loads(raw.decode("utf-8"))
+        except (UnicodeDecodeError, ValueError):
+            skipped += 1
+            continue
+        ok = (
+            isinstance(rec, dict)
+            and isinstance(rec.get("policy"), int)
+            and not isinstance(rec.get("policy"), bool)
+            and rec["policy"] >= 0
+            and isinstance(rec.get("env_steps"), (int, float))
+            and isinstance(rec.get("scalars"), dict)
+        )
+        if ok:
+            records.append(rec)
+        else:
+            skipped += 1
+    return records, skipped

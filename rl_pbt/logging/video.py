@@ -24,6 +24,20 @@ class VideoError(ValueError):
     """A video cannot be written as asked; the message is one line for the user."""
 
 
+def add_video_flag(parser, what: str, default_name: str) -> None:
+    """`--save_video [PATH]` of the play commands: `what` they record, and the file name used
+    under {train_dir}/{experiment}/videos/ when PATH is left out."""
+    parser.add_argument(
+        "--save_video",
+        nargs="?",
+        const="",
+        default=None,
+        metavar="PATH",
+        help=f"record {what} as .mp4 (or .gif, by the extension); without PATH: "
+        f"{{train_dir}}/{{experiment}}/videos/{default_name}_TIME.mp4",
+    )
+
+
 def default_video_path(folder: str, name: str, ext: str = ".mp4") -> str:
     """`{folder}/videos/{name}_{YYYYmmdd_HHMMSS}{ext}`, `name` made safe for a file name."""
     safe = re.sub(r"[^A-Za-z0-9_.-]+", "_", name).strip("_") or "video"

@@ -9,7 +9,8 @@ its iteration's one read-back, then announces it on the `WeightBoard` (host shar
 the slot's version first, then the publish count. A reader copies slot (count - 1) % 2 into its
 model on the device and accepts the copy only if the count did not move meanwhile: the writer
 touches that slot again only after announcing the next count, so an unchanged count proves
-the copy whole. A learner that restarts sends a new buffer and keeps counting from the board.
+the copy whole. A learner that restarts sends a new buffer, bumps the policy's generation on
+the board (so the server looks at its queue only then) and keeps counting from the board.
 
 Collaborators: Learner (writer side), InferenceServer (reader side), the runner (allocates the
 board and the queues, one per server).
@@ -34,12 +35,14 @@ class WeightBoard:
 
     count: torch.Tensor  # [P] int64: publishes announced so far (0: none yet)
     version: torch.Tensor  # [P, 2] int64: version of the state in each slot
+    generation: torch.Tensor  # [P] int64: buffers handed over so far (learner restarts)
 
     @classmethod
     def allocate(cls, num_policies: int) -> WeightBoard:
         return cls(
             torch.zeros(num_policies, dtype=torch.int64).share_memory_(),
             torch.zeros(num_policies, 2, dtype=torch.int64).share_memory_(),
+            torch.zeros(num_policies, dtype=torch.int64).share_memory_(),
         )
 
 
@@ -49,6 +52,7 @@ class WeightsBuffer:
 
     policy_id: int
     slots: torch.Tensor  # [2, words] float32
+    generation: int = 0  # the board's generation this buffer belongs to
 
 
 def _wait_for_device(t: torch.Tensor) -> None:
@@ -67,9 +71,12 @@ class WeightsWriter:
         if self.slots.device.type == "cpu":
             self.slots.share_memory_()
         self.n = int(board.count[policy_id])  # a restarted learner goes on counting
+        self.generation = int(board.generation[policy_id]) + 1
 
     def message(self) -> WeightsBuffer:
-        return WeightsBuffer(self.policy_id, self.slots)
+        """The buffer for the server; once it is sent, the board's generation says so."""
+        self.board.generation[self.policy_id] = self.generation
+        return WeightsBuffer(self.policy_id, self.slots, self.generation)
 
     def stage(self, model: nn.Module) -> None:
         pack_state(model, out=self.slots[self.n % 2])
@@ -95,12 +102,19 @@ class WeightsReader:
         self.policy_id = policy_id
         self.slots: Optional[torch.Tensor] = None
         self.seen = 0  # the publish count of the weights in the model
+        self.generation = 0  # of the buffer attached
         self._count = board.count.numpy()  # read without a copy
+        self._generation = board.generation.numpy()
 
-    def attach(self, slots: torch.Tensor) -> None:
+    def attach(self, slots: torch.Tensor, generation: int = 0) -> None:
         """A (new) learner's buffer: its newest state is read again even if counted before."""
         self.slots = slots
         self.seen = -1
+        self.generation = generation
+
+    def buffer_pending(self) -> bool:
+        """A learner handed over a buffer this reader has not attached yet."""
+        return int(self._generation[self.policy_id]) != self.generation
 
     def ready(self) -> bool:
         return self.slots is not None and int(self._count[self.policy_id]) > 0

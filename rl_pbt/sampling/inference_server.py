@@ -150,10 +150,13 @@ class InferenceServer:
             self.heartbeats.beat(self.hb_idx, activity, detail)
 
     def _attach_buffers(self) -> None:
-        """Take the buffers learners sent (at their start, or a restarted learner's new one)."""
+        """Take the buffers learners sent (at their start, or a restarted learner's new one);
+        the queue is looked at only while the board says one is on its way."""
+        if not any(reader.buffer_pending() for reader in self.readers.values()):
+            return
         for msg in drain_buffers(self.weights_queue):
             if msg.policy_id in self.readers:
-                self.readers[msg.policy_id].attach(msg.slots)
+                self.readers[msg.policy_id].attach(msg.slots, msg.generation)
 
     def refresh(self) -> None:
         """Reload the weights of the policies whose learner published since the last look."""
