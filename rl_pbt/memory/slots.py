@@ -47,12 +47,13 @@ class SlotPool:
         by_worker = owner == WORKER
         held = np.flatnonzero(by_worker & (self.buffers.holder.numpy() == holder))
         slots = held.tolist()
-        owner[held] = LEARNER  # release() hands slots over from the learner's side
-        self.release(slots)
+        self.release(slots, owner=WORKER)
         return len(slots)
 
-    def release(self, slots: list[int]) -> None:
-        self.buffers.transfer(slots, LEARNER, FREE)
+    def release(self, slots: list[int], owner: int = LEARNER) -> None:
+        """Slots back to the pool from `owner` (the learner that trained on them, or a dead
+        worker's slots from the worker's side)."""
+        self.buffers.transfer(slots, owner, FREE)
         if not slots:
             return
         if hasattr(self.free_queue, "put_many"):
