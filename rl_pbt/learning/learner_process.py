@@ -161,7 +161,8 @@ def learner_process_main(spec, policy_ids: list[int]) -> None:
     method can run it; CUDA is first touched here, never in the parent."""
     from rl_pbt.runtime.processes import build_learner, child_setup
 
-    child_setup(spec, "learner", policy_ids[0])
+    on_cpu = not any(spec.device_of[p].startswith("cuda") for p in policy_ids)
+    child_setup(spec, "learner", policy_ids[0], hide_gpus=on_cpu)
     report_queue, heartbeats = spec.report_queue, spec.heartbeats
     hb_index = {p: spec.learner_hb(p) for p in policy_ids}
     parent = hb.ParentWatch()

@@ -107,8 +107,17 @@ def _end_if_orphaned() -> None:
     os._exit(1)
 
 
-def child_setup(spec: RunSpec, role: str, index: int, restart: int = 0) -> int:
-    """First thing in every child: one CPU thread, the user's envs, this child's own seeds."""
+def child_setup(
+    spec: RunSpec, role: str, index: int, restart: int = 0, hide_gpus: bool = False
+) -> int:
+    """First thing in every child: one CPU thread, the user's envs, this child's own seeds.
+
+    `hide_gpus` (learners of CPU policies on a machine with GPUs): hide the GPUs from this
+    process before anything initialises CUDA. torch's optimisers ask for the accelerator on
+    every step, which would otherwise open a CUDA context (hundreds of MiB of GPU memory) in
+    a process that never uses it. Rollout workers keep them: a user's env may render on one."""
+    if hide_gpus:
+        os.environ["CUDA_VISIBLE_DEVICES"] = ""
     torch.set_num_threads(1)
     # SIGTERM to the whole process group (timeout, docker stop, Slurm) stops a child the way
     # Ctrl-C does: learners save their checkpoints on the way out

@@ -867,14 +867,14 @@ def _log_signal_while_stopping(signum, frame) -> None:
 
 
 def _warm_up_imports(model) -> None:
-    """One optimiser step here, before forking, so the modules torch imports lazily on first
-    use are loaded once and shared copy-on-write, instead of slowly in every child."""
-    opt = torch.optim.Adam(model.parameters())
+    """One backward pass here, before forking, so the modules torch imports lazily on first
+    use are loaded once and shared copy-on-write, instead of slowly in every child. No
+    optimiser step: torch's optimisers ask CUDA whether a graph capture is under way, and the
+    main process never touches CUDA."""
     loss = sum(p.sum() for p in model.parameters()) * 0.0
     loss.backward()
     torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
-    opt.step()
-    opt.zero_grad(set_to_none=True)
+    model.zero_grad(set_to_none=True)
 
 
 class _MergedQueue:

@@ -274,8 +274,8 @@ def inference_process_main(spec, server_idx: int) -> None:
     from rl_pbt.runtime.messages import LearnerEvent
     from rl_pbt.runtime.processes import child_setup
 
-    child_setup(spec, "inference", server_idx)
     plan: InferencePlan = spec.inference
+    child_setup(spec, "inference", server_idx)
     hb_idx = spec.inference_hb(server_idx)
     parent = hb.ParentWatch()
 

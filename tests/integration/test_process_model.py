@@ -112,10 +112,42 @@ class _FakeContext:
     Queue = staticmethod(multiprocessing.get_context("spawn").Queue)  # weights handover
 
 
-def test_main_process_never_touches_cuda_with_gpus_visible(tmp_path, monkeypatch):
+def _as_a_cuda_build(monkeypatch) -> _Recorder:
+    """Record (and fail) every way into CUDA, with torch made to look like a CUDA build: its
+    accelerator is CUDA, so torch's own code (an optimiser step asks whether a CUDA graph
+    capture is under way) takes the paths it takes on a GPU machine, even on a CPU build."""
     recorder = _Recorder()
-    for name in ("_lazy_init", "is_available", "device_count", "init", "current_device"):
+    monkeypatch.setattr(torch._C, "_accelerator_getAccelerator", lambda: torch.device("cuda"))
+    for name in (
+        "_lazy_init",
+        "is_available",
+        "device_count",
+        "init",
+        "current_device",
+        "current_stream",
+        "is_current_stream_capturing",
+        "synchronize",
+    ):
         monkeypatch.setattr(torch.cuda, name, recorder.wrap(name))
+    for name in ("current_stream", "device_count", "current_device_index", "synchronize"):
+        monkeypatch.setattr(torch.accelerator, name, recorder.wrap(f"accelerator.{name}"))
+    return recorder
+
+
+def test_forkserver_preload_never_touches_cuda(monkeypatch):
+    """The forkserver runs this before forking every child: a CUDA context there would make
+    each child fail on its first CUDA call."""
+    import importlib
+
+    from rl_pbt.runtime import preload
+
+    recorder = _as_a_cuda_build(monkeypatch)
+    importlib.reload(preload)
+    assert recorder.calls == []
+
+
+def test_main_process_never_touches_cuda_with_gpus_visible(tmp_path, monkeypatch):
+    recorder = _as_a_cuda_build(monkeypatch)
     monkeypatch.setattr(devices, "probe_gpu_count", lambda: 2)
     cfg = small_cfg(tmp_path, "cuda", "--num_policies=3")
     runner = Runner(cfg)
@@ -223,7 +255,7 @@ if __name__ == "__main__":
 def test_env_registered_in_a_user_main_script(tmp_path, method, inference):
     script = tmp_path / "my_train.py"
     script.write_text(textwrap.dedent(SCRIPT))
-    env = dict(os.environ, PYTHONPATH=ROOT)
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([ROOT, os.environ.get("PYTHONPATH", "")]))
     out = subprocess.run(
         [sys.executable, str(script), method, inference, str(tmp_path / "runs")],
         cwd=tmp_path,
