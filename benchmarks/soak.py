@@ -52,6 +52,24 @@ def tree_fds(pid: int) -> int:
     return total
 
 
+def fds_by_role(pid: int, exp_dir: str) -> dict[str, int]:
+    """Open fds per process of the tree: the runner ("main"), each child named in pids.json,
+    and the rest together ("other": the forkserver, multiprocessing's resource tracker)."""
+    import psutil
+
+    names = {v: k for k, v in read_pids(exp_dir).items() if isinstance(v, int)}
+    names[pid] = "main"
+    out: dict[str, int] = {}
+    for p in process_tree(pid):
+        try:
+            n = p.num_fds()
+        except (psutil.NoSuchProcess, psutil.AccessDenied):
+            continue
+        role = names.get(p.pid, "other")
+        out[role] = out.get(role, 0) + n
+    return out
+
+
 def read_pids(exp_dir: str) -> dict:
     try:
         with open(os.path.join(exp_dir, "pids.json")) as f:
@@ -108,6 +126,7 @@ def main(argv: Optional[list[str]] = None) -> int:
         )
     start = time.time()
     samples: list[tuple[float, float, int]] = []  # (time, USS MiB, fds)
+    roles: list[dict[str, int]] = []  # open fds per process, one dict per sample
     faults: list[dict] = []
     pending: Optional[dict] = None  # the fault being recovered from
     next_sample, next_kill, victim = start, start + (args.kill_every or 1e18), 0
@@ -116,6 +135,7 @@ def main(argv: Optional[list[str]] = None) -> int:
             now = time.time()
             if now >= next_sample:
                 samples.append((now - start, tree_uss_mb(proc.pid), tree_fds(proc.pid)))
+                roles.append(fds_by_role(proc.pid, exp_dir))
                 next_sample += args.sample_every
             if pending is not None:
                 pids = read_pids(exp_dir)
@@ -158,6 +178,16 @@ def main(argv: Optional[list[str]] = None) -> int:
             f"spread +-{mem_spread:.1f}% of the median"
         )
         print(f"open fds after warm-up: first {fds[0]}, last {fds[-1]}, max {max(fds)}")
+        first, last = roles[int(len(samples) * args.warmup)], roles[-1]
+        changed = {
+            r: (first.get(r, 0), last.get(r, 0))
+            for r in sorted(set(first) | set(last))
+            if first.get(r, 0) != last.get(r, 0)
+        }
+        print(
+            "open fds per process, first -> last after warm-up (those that changed): "
+            + (", ".join(f"{r} {a} -> {b}" for r, (a, b) in changed.items()) or "none")
+        )
     print("\n| t (s) | killed | recovered in (s) |\n|---|---|---|")
     for f in faults:
         rec = f.get("recovery_s")
