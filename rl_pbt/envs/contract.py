@@ -4,7 +4,8 @@ env breaks it: which env, which copy and agent, and the rule.
 Checked on every step: the number of observations and rewards equals `num_agents`; rewards
 are finite numbers; each observation fits the observation space's shape. At the end of an
 episode: the ranked objective (`true_objective` or `--pbt_target_objective`) is a finite
-number. Around reset() and step(): an exception becomes an EnvContractError naming the call.
+number. With an action mask: each action head has at least one legal action. Around reset()
+and step(): an exception becomes an EnvContractError naming the call.
 """
 
 from __future__ import annotations
@@ -76,3 +77,11 @@ def observation_misfit(place: str, obs: Any, space: Any, error: Exception) -> En
 
 def call_failed(place: str, call: str, error: Exception) -> EnvContractError:
     return EnvContractError(f"{place}: {call} raised {type(error).__name__}: {error}")
+
+
+def empty_action_mask(place: str, head: int, num_heads: int) -> EnvContractError:
+    which = f" for action head {head}" if num_heads > 1 else ""
+    return EnvContractError(
+        f"{place}: the action mask allows no action{which} (a waiting agent still needs one "
+        "legal action, e.g. a no-op, with info['is_active']=False)"
+    )

@@ -2,6 +2,12 @@
 
 `ActionSpec` describes how actions are stored (int64 or float32, `dim` columns) and turns the
 policy head's output into samples, log-probabilities and entropies.
+
+With an action mask (1 legal, 0 illegal; one entry per action, head after head), an illegal
+action's logit is replaced by MASKED_LOGIT before the log-softmax: its probability is exactly
+0 (exp underflows), so it is never sampled nor picked by argmax, and log-probs and entropy are
+those of the distribution over the legal actions alone. The value is finite, so the entropy
+has no 0 * inf.
 """
 
 from __future__ import annotations
@@ -13,6 +19,8 @@ import gymnasium as gym
 import numpy as np
 import torch
 from torch import Tensor
+
+MASKED_LOGIT = -1e9
 
 
 @dataclass(frozen=True)
@@ -66,10 +74,22 @@ def to_env_action(spec: ActionSpec, space: gym.Space, row: np.ndarray):
 class ActionDistribution:
     """Wraps head outputs; `log_std` is the learned state-independent log std (continuous)."""
 
-    def __init__(self, spec: ActionSpec, outputs: Tensor, log_std: Tensor | None = None):
+    def __init__(
+        self,
+        spec: ActionSpec,
+        outputs: Tensor,
+        log_std: Tensor | None = None,
+        mask: Tensor | None = None,
+    ):
         self.spec = spec
         if spec.kind == "discrete":
-            self.logits = torch.split(outputs, list(spec.nvec), dim=-1)
+            logits = torch.split(outputs, list(spec.nvec), dim=-1)
+            if mask is not None:
+                legal = torch.split(mask > 0, list(spec.nvec), dim=-1)
+                logits = [
+                    lg.float().masked_fill(~ok, MASKED_LOGIT) for lg, ok in zip(logits, legal)
+                ]
+            self.logits = logits
             self.log_softmax = [torch.log_softmax(lg.float(), dim=-1) for lg in self.logits]
         else:
             self.mean = outputs

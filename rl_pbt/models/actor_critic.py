@@ -158,7 +158,23 @@ class ActorCritic(nn.Module):
         self.encoders = nn.ModuleDict()
         self.obs_norms = nn.ModuleDict()
         total = 0
-        for key, shape, _ in self.obs_spec.items():
+        self.mask_key = self.obs_spec.mask_key
+        if self.mask_key is not None:
+            mask_size = self.obs_spec.shape(self.mask_key)[0]
+            if self.act_spec.kind != "discrete" or mask_size != self.act_spec.num_outputs:
+                raise ValueError(
+                    f"observation key {self.mask_key!r} of size {mask_size}: an action mask "
+                    f"needs a Discrete, MultiDiscrete or Tuple-of-Discrete action space and "
+                    f"one entry per action ({self.act_spec.num_outputs} for {action_space})"
+                )
+        self.feature_keys = self.obs_spec.feature_keys
+        if not self.feature_keys:
+            raise ValueError(
+                f"the observation has only {self.mask_key!r}: give the game state under "
+                "another key (PettingZoo's: 'observation')"
+            )
+        for key in self.feature_keys:
+            shape = self.obs_spec.shape(key)
             if len(shape) == 3:
                 net, out = conv_encoder(shape, cfg.encoder_conv_architecture, act)
             elif len(shape) == 1:
@@ -172,7 +188,7 @@ class ActorCritic(nn.Module):
                 )
             self.encoders[key] = net
             total += out
-        if any(self.obs_spec.is_image(k) for k in self.obs_spec.keys):
+        if any(self.obs_spec.is_image(k) for k in self.feature_keys):
             self.post, total = mlp(total, list(cfg.encoder_conv_mlp_layers), act)
         else:
             self.post = nn.Identity()
@@ -195,7 +211,7 @@ class ActorCritic(nn.Module):
     # --- pieces -------------------------------------------------------------------------
     def encode(self, obs: dict[str, Tensor]) -> Tensor:
         feats = []
-        for key in self.obs_spec.keys:
+        for key in self.feature_keys:
             x = obs[key]
             if self.obs_spec.is_image(key):
                 x = x.float() * (1.0 / 255.0)
@@ -216,8 +232,11 @@ class ActorCritic(nn.Module):
             return v
         return (v - self.ret_norm.mean.to(v.dtype)) / self.ret_norm.std.to(v.dtype)
 
-    def dist(self, head_out: Tensor) -> ActionDistribution:
-        return ActionDistribution(self.act_spec, head_out, self.log_std)
+    def dist(self, head_out: Tensor, mask: Tensor | None = None) -> ActionDistribution:
+        return ActionDistribution(self.act_spec, head_out, self.log_std, mask)
+
+    def action_mask(self, obs: dict[str, Tensor]) -> Tensor | None:
+        return obs[self.mask_key] if self.mask_key is not None else None
 
     # --- acting: one step for a batch of agents -------------------------------------------
     @torch.no_grad()
@@ -227,7 +246,7 @@ class ActorCritic(nn.Module):
         if self.use_rnn:
             out, h = self.core(x.unsqueeze(0), rnn_state.unsqueeze(0))
             x, rnn_state = out.squeeze(0), h.squeeze(0)
-        d = self.dist(self.policy_head(x))
+        d = self.dist(self.policy_head(x), self.action_mask(obs))
         actions = d.argmax() if deterministic else d.sample()
         values = self.denormalize_value(self.value_head(x).squeeze(-1))
         return actions, d.log_prob(actions), values, rnn_state
@@ -254,7 +273,8 @@ class ActorCritic(nn.Module):
             if plan is None:
                 plan = sequence_plan(dones.detach().cpu().numpy(), recurrence).to(x.device)
             x = self._unroll(x, rnn_states, plan)
-        d = self.dist(self.policy_head(x))
+        # the mask the actor saw, stored with the observation: the same legal actions here
+        d = self.dist(self.policy_head(x), self.action_mask(flat))
         logp = d.log_prob(actions.reshape(n * t, -1)).view(n, t)
         entropy = d.entropy().view(n, t)
         values = self.value_head(x).view(n, t)

@@ -2,6 +2,11 @@
 
 A plain Box space becomes {"obs": ...}; a Dict space keeps its keys. `ObsSpec` tells the
 shared-memory buffers what to allocate and the model which keys are images.
+
+Action masks follow PettingZoo's convention: a Dict observation with the key "action_mask"
+(a Box or MultiBinary, one 0/1 entry per action, head after head for MultiDiscrete) says which
+actions are legal. It is stored with the other keys, so the learner sees the mask the actor
+saw, but it is not encoded: the model applies it to the policy's logits.
 """
 
 from __future__ import annotations
@@ -11,6 +16,8 @@ from dataclasses import dataclass
 import gymnasium as gym
 import numpy as np
 import torch
+
+MASK_KEY = "action_mask"
 
 
 @dataclass(frozen=True)
@@ -24,6 +31,19 @@ class ObsSpec:
 
     def is_image(self, key: str) -> bool:
         return len(self.shapes[self.keys.index(key)]) == 3
+
+    @property
+    def mask_key(self) -> str | None:
+        """The key of the action mask, or None when the env gives none."""
+        return MASK_KEY if MASK_KEY in self.keys else None
+
+    @property
+    def feature_keys(self) -> tuple[str, ...]:
+        """The keys the model encodes: every key but the action mask."""
+        return tuple(k for k in self.keys if k != MASK_KEY)
+
+    def shape(self, key: str) -> tuple[int, ...]:
+        return self.shapes[self.keys.index(key)]
 
 
 def obs_spec(space: gym.Space) -> ObsSpec:
@@ -39,9 +59,17 @@ def obs_spec(space: gym.Space) -> ObsSpec:
         )
     keys, shapes, dtypes = [], [], []
     for key, sub in subspaces:
+        if key == MASK_KEY and isinstance(sub, gym.spaces.MultiBinary):
+            sub = gym.spaces.Box(0, 1, (int(np.prod(sub.shape)),), np.float32)
         if not isinstance(sub, gym.spaces.Box):
             raise ValueError(
-                f"observation key {key!r}: only Box subspaces are supported, got {sub}"
+                f"observation key {key!r}: only Box subspaces are supported (and MultiBinary "
+                f"for {MASK_KEY!r}), got {sub}"
+            )
+        if key == MASK_KEY and len(sub.shape) != 1:
+            raise ValueError(
+                f"observation key {MASK_KEY!r}: one 0/1 entry per action, a vector; got shape "
+                f"{sub.shape}"
             )
         keys.append(key)
         shapes.append(tuple(int(x) for x in sub.shape))

@@ -48,7 +48,7 @@ def _mlp_layers(encoder: nn.Module) -> list[tuple[nn.Linear, nn.Module]] | None:
 
 def _layout(model: ActorCritic) -> tuple:
     """What must agree between models sharing a stack: obs shapes, layer sizes, activations."""
-    pairs = [_mlp_layers(model.encoders[k]) for k in model.obs_spec.keys]
+    pairs = [_mlp_layers(model.encoders[k]) for k in model.feature_keys]
     layers = tuple(
         tuple(
             (lin.in_features, lin.out_features, type(act), getattr(act, "alpha", None))
@@ -60,6 +60,7 @@ def _layout(model: ActorCritic) -> tuple:
     )
     return (
         model.obs_spec.shapes,
+        model.mask_key,
         layers,
         model.act_spec,
         model.normalize_input,
@@ -130,7 +131,7 @@ class FusedPopulationPolicy:
             return False
         if any(len(shape) != 1 for shape in model.obs_spec.shapes):
             return False
-        layers = _layout(model)[1]
+        layers = _layout(model)[2]
         if any(p is None for p in layers):
             return False
         # keys share widths and activations (true for `mlp()`), so their layers can be stacked
@@ -146,8 +147,9 @@ class FusedPopulationPolicy:
         self.num_rows = num_rows
         self._layout = _layout(template)
         spec = template.obs_spec
-        self.keys = spec.keys
-        self.dims = [shape[0] for shape in spec.shapes]
+        self.keys = template.feature_keys  # encoded; the action mask is applied to the logits
+        self.mask_key = template.mask_key
+        self.dims = [spec.shape(k)[0] for k in self.keys]
         self.in_dim = sum(self.dims)
         self.act_spec = template.act_spec
         self.normalize_input = template.normalize_input
@@ -316,6 +318,18 @@ class FusedPopulationPolicy:
         return sel
 
     @torch.inference_mode()
+    def _illegal(self, mask: Tensor, n: int) -> Tensor:
+        """The action mask [N, sum(nvec)] as a [N, heads, pad] boolean of illegal entries (the
+        padding columns are already at _PAD_LOGIT and stay so)."""
+        nvec = self.act_spec.nvec
+        legal = mask > 0
+        if len(nvec) == 1:
+            return ~legal.view(n, 1, nvec[0])
+        out = torch.zeros(n, len(nvec), self._head_pad, dtype=torch.bool)
+        for i, part in enumerate(torch.split(legal, list(nvec), dim=-1)):
+            out[:, i, : nvec[i]] = ~part
+        return out
+
     def act(
         self, obs: dict[str, Tensor], rows: np.ndarray, deterministic: bool = False
     ) -> tuple[Tensor, Tensor, Tensor]:
@@ -363,6 +377,8 @@ class FusedPopulationPolicy:
         if self.act_spec.kind == "discrete":
             heads, pad = len(self.act_spec.nvec), self._head_pad
             logits = out[:, : self._num_logits].view(n, heads, pad)
+            if self.mask_key is not None:
+                logits = logits.masked_fill(self._illegal(obs[self.mask_key], n), _PAD_LOGIT)
             log_softmax = torch.log_softmax(logits, dim=-1)
             if deterministic:
                 actions = logits.argmax(dim=-1)

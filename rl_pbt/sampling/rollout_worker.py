@@ -22,6 +22,7 @@ from rl_pbt.envs.contract import (
     check_counts,
     check_objective,
     check_reward,
+    empty_action_mask,
     observation_misfit,
     where,
 )
@@ -31,7 +32,7 @@ from rl_pbt.memory.param_store import ParamStore
 from rl_pbt.memory.slots import SlotPool
 from rl_pbt.models.action_dist import to_env_action
 from rl_pbt.models.actor_critic import ActorCritic
-from rl_pbt.models.obs import obs_to_dict
+from rl_pbt.models.obs import MASK_KEY, obs_to_dict
 from rl_pbt.runtime import heartbeat as hb
 from rl_pbt.runtime.messages import (
     EpisodeStats,
@@ -148,6 +149,11 @@ class RolloutWorker(ServerActing):
         )
         self.fused = FusedPopulationPolicy(model, cfg.num_policies) if use_fused else None
         self.obs_keys = model.obs_spec.keys
+        # with an action mask: the [lo, hi) columns of each action head, checked per step
+        self.mask_heads = None
+        if model.mask_key is not None:
+            ends = np.cumsum(model.act_spec.nvec)
+            self.mask_heads = list(zip((ends - model.act_spec.nvec).tolist(), ends.tolist()))
         self.rnn_size = model.rnn_size
         self.h = torch.zeros(n_act, max(self.rnn_size, 1))
         self.cur_obs = {k: np.zeros((n_act, *s), dtype=d) for k, s, d in model.obs_spec.items()}
@@ -222,6 +228,12 @@ class RolloutWorker(ServerActing):
         except (ValueError, TypeError, KeyError, IndexError) as ex:
             e, a = divmod(actor, self.num_agents)
             raise observation_misfit(self._where(e, a), obs, self.obs_space, ex) from ex
+        if self.mask_heads is not None:
+            row = self.cur_obs[MASK_KEY][actor]
+            for head, (lo, hi) in enumerate(self.mask_heads):
+                if not (row[lo:hi] > 0).any():
+                    e, a = divmod(actor, self.num_agents)
+                    raise empty_action_mask(self._where(e, a), head, len(self.mask_heads))
 
     def _rewards(self, e: int, rewards) -> np.ndarray:
         """One step's rewards of env copy e as float32; a reward that is no finite number

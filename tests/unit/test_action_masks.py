@@ -1,0 +1,192 @@
+"""Action masks (PettingZoo's Dict observation with "action_mask"): illegal actions are never
+sampled nor picked deterministically, in the model and in the fused population pass, and the
+log-probs, entropy and PPO loss are those of the distribution over the legal actions alone
+(checked against NumPy)."""
+
+from __future__ import annotations
+
+import gymnasium as gym
+import numpy as np
+import pytest
+import torch
+
+from rl_pbt import parse_cfg
+from rl_pbt.learning.losses import entropy_loss, ppo_policy_loss
+from rl_pbt.models.action_dist import ActionDistribution, action_spec
+from rl_pbt.models.actor_critic import make_actor_critic
+from rl_pbt.models.obs import obs_spec
+from rl_pbt.sampling.fused_inference import FusedPopulationPolicy
+
+
+def random_masks(rng: np.random.Generator, n: int, nvec: tuple[int, ...]) -> np.ndarray:
+    """0/1 masks [n, sum(nvec)] with at least one legal action per head."""
+    parts = []
+    for k in nvec:
+        m = (rng.random((n, k)) < 0.5).astype(np.float32)
+        m[np.arange(n), rng.integers(0, k, n)] = 1.0
+        parts.append(m)
+    return np.concatenate(parts, axis=1)
+
+
+def legal_log_softmax(logits: np.ndarray, legal: np.ndarray) -> np.ndarray:
+    """log-softmax over the legal entries of each row; -inf elsewhere (float64)."""
+    z = np.where(legal, logits.astype(np.float64), -np.inf)
+    top = z.max(axis=1, keepdims=True)
+    return z - top - np.log(np.exp(z - top).sum(axis=1, keepdims=True))
+
+
+def reference(logits: np.ndarray, mask: np.ndarray, actions: np.ndarray, nvec) -> tuple:
+    """NumPy log-prob of `actions` and entropy, each head over its legal actions alone."""
+    logp = np.zeros(len(logits))
+    ent = np.zeros(len(logits))
+    lo = 0
+    for i, k in enumerate(nvec):
+        ls = legal_log_softmax(logits[:, lo : lo + k], mask[:, lo : lo + k] > 0)
+        logp += ls[np.arange(len(logits)), actions[:, i]]
+        p = np.exp(ls)
+        ent -= np.where(p > 0, p * np.where(np.isfinite(ls), ls, 0.0), 0.0).sum(axis=1)
+        lo += k
+    return logp, ent
+
+
+@pytest.mark.parametrize("nvec", [(5,), (3, 4, 2)], ids=["discrete", "multi_discrete"])
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_log_prob_entropy_and_ppo_loss_are_those_over_legal_actions(nvec, seed):
+    rng = np.random.default_rng(seed)
+    n = 64
+    space = gym.spaces.Discrete(nvec[0]) if len(nvec) == 1 else gym.spaces.MultiDiscrete(nvec)
+    spec = action_spec(space)
+    logits = rng.normal(0, 3, (n, sum(nvec))).astype(np.float32)
+    mask = random_masks(rng, n, nvec)
+    d = ActionDistribution(spec, torch.from_numpy(logits), mask=torch.from_numpy(mask))
+    actions = d.sample()
+    a = actions.numpy()
+    lo = 0
+    for i, k in enumerate(nvec):  # every sampled action is legal
+        assert (mask[np.arange(n), lo + a[:, i]] == 1).all()
+        lo += k
+    ref_logp, ref_ent = reference(logits, mask, a, nvec)
+    np.testing.assert_allclose(d.log_prob(actions).numpy(), ref_logp, rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(d.entropy().numpy(), ref_ent, rtol=1e-5, atol=1e-5)
+
+    # the PPO terms from the masked distribution equal those from the NumPy legal-only one
+    old = torch.from_numpy(ref_logp + rng.normal(0, 0.1, n)).float()
+    adv = torch.from_numpy(rng.normal(0, 1, n)).float()
+    valid = torch.ones(n)
+    loss, _ = ppo_policy_loss(d.log_prob(actions), old, adv, 0.2, valid)
+    ref_loss, _ = ppo_policy_loss(torch.from_numpy(ref_logp).float(), old, adv, 0.2, valid)
+    assert torch.allclose(loss, ref_loss, atol=1e-6)
+    ent_loss = entropy_loss(d.entropy(), valid)
+    assert torch.allclose(ent_loss, entropy_loss(torch.from_numpy(ref_ent).float(), valid))
+
+
+def test_the_best_looking_action_is_never_taken_when_illegal():
+    spec = action_spec(gym.spaces.Discrete(4))
+    logits = torch.tensor([[50.0, 0.0, 0.0, 1.0]]).repeat(5000, 1)
+    mask = torch.tensor([[0.0, 1.0, 1.0, 1.0]]).repeat(5000, 1)
+    d = ActionDistribution(spec, logits, mask=mask)
+    assert (d.sample() != 0).all()
+    assert (d.argmax() == 3).all()  # the best legal one
+    assert torch.isfinite(d.entropy()).all() and torch.isfinite(d.log_prob(d.sample())).all()
+    # without the mask it would be taken almost always
+    assert (ActionDistribution(spec, logits).sample() == 0).float().mean() > 0.99
+
+
+def masked_space(n_obs: int = 6, n_act: int = 4, mask_space=None) -> gym.spaces.Dict:
+    return gym.spaces.Dict(
+        {
+            "observation": gym.spaces.Box(-1, 1, (n_obs,), np.float32),
+            "action_mask": mask_space or gym.spaces.Box(0, 1, (n_act,), np.int8),
+        }
+    )
+
+
+def cfg(*extra):
+    return parse_cfg(["--env=CartPole-v1", "--encoder_mlp_layers", "16", "16", *extra])
+
+
+def biased_model(space, n_act=4):
+    """A model whose policy strongly prefers action 0, whatever it sees."""
+    model = make_actor_critic(space, gym.spaces.Discrete(n_act), cfg())
+    with torch.no_grad():
+        model.policy_head.bias.copy_(torch.tensor([30.0] + [0.0] * (n_act - 1)))
+    return model
+
+
+def masked_obs(rng, n, n_obs=6, n_act=4):
+    mask = random_masks(rng, n, (n_act,))
+    mask[:, 0] = 0.0  # the preferred action is always illegal
+    mask[np.arange(n), rng.integers(1, n_act, n)] = 1.0
+    return {
+        "observation": torch.from_numpy(rng.uniform(-1, 1, (n, n_obs)).astype(np.float32)),
+        "action_mask": torch.from_numpy(mask),
+    }
+
+
+def test_model_acts_and_evaluates_under_the_mask():
+    space = masked_space()
+    model = biased_model(space)
+    assert model.feature_keys == ("observation",)  # the mask is not encoded
+    obs = masked_obs(np.random.default_rng(0), 256)
+    for deterministic in (False, True):
+        actions, logp, _, _ = model.act(obs, None, deterministic=deterministic)
+        legal = obs["action_mask"].gather(1, actions).squeeze(1)
+        assert (legal == 1).all() and (actions != 0).all()
+    # the learner's evaluate on [N, T] sees the same mask and gives the acting log-probs
+    actions, logp, _, _ = model.act(obs, None)
+    seq = {k: v.view(16, 16, *v.shape[1:]) for k, v in obs.items()}
+    lp, ent, _ = model.evaluate(seq, actions.view(16, 16, 1), None, torch.zeros(16, 16), 1)
+    assert torch.allclose(lp.reshape(-1), logp, atol=1e-5)
+    assert torch.isfinite(ent).all()
+
+
+def test_fused_population_pass_respects_the_mask_and_matches_the_model():
+    space = masked_space()
+    models = [biased_model(space) for _ in range(3)]
+    fused = FusedPopulationPolicy(models[0], 3)
+    for row, m in enumerate(models):
+        fused.load(row, m)
+    rng = np.random.default_rng(1)
+    obs = masked_obs(rng, 300)
+    rows = rng.integers(0, 3, 300)
+    a, lp, _ = fused.act(obs, rows)
+    assert (obs["action_mask"].gather(1, a).squeeze(1) == 1).all()
+    ad, lpd, _ = fused.act(obs, rows, deterministic=True)
+    assert (ad != 0).all()
+    for row, m in enumerate(models):  # same log-probs as each member's own model
+        idx = np.flatnonzero(rows == row)
+        part = {k: v[idx] for k, v in obs.items()}
+        d = m.dist(m.policy_head(m.encode(part)), part["action_mask"])
+        assert torch.allclose(d.log_prob(a[idx]), lp[idx], atol=1e-4)
+        assert torch.equal(d.argmax(), ad[idx])
+
+
+def test_multi_binary_mask_and_multi_discrete_heads():
+    space = masked_space(n_act=7, mask_space=gym.spaces.MultiBinary(7))
+    spec = obs_spec(space)
+    assert spec.mask_key == "action_mask" and spec.shape("action_mask") == (7,)
+    model = make_actor_critic(space, gym.spaces.MultiDiscrete([3, 4]), cfg())
+    rng = np.random.default_rng(2)
+    mask = torch.from_numpy(random_masks(rng, 128, (3, 4)))
+    obs = {"observation": torch.zeros(128, 6), "action_mask": mask}
+    actions, _, _, _ = model.act(obs, None)
+    assert (mask[torch.arange(128), actions[:, 0]] == 1).all()
+    assert (mask[torch.arange(128), 3 + actions[:, 1]] == 1).all()
+
+
+@pytest.mark.parametrize(
+    "action_space,match",
+    [
+        (gym.spaces.Discrete(5), "one entry per action"),
+        (gym.spaces.Box(-1, 1, (4,)), "Discrete"),
+    ],
+)
+def test_a_mask_that_cannot_fit_the_actions_is_refused(action_space, match):
+    with pytest.raises(ValueError, match=match):
+        make_actor_critic(masked_space(n_act=4), action_space, cfg())
+
+
+def test_a_mask_alone_is_no_observation():
+    space = gym.spaces.Dict({"action_mask": gym.spaces.Box(0, 1, (3,), np.int8)})
+    with pytest.raises(ValueError, match="observation"):
+        make_actor_critic(space, gym.spaces.Discrete(3), cfg())
