@@ -1,4 +1,14 @@
-"""Advantage and value-target estimators (GAE, V-trace) over time-major [T, B] rollouts."""
+"""Advantage and value-target estimators (GAE, V-trace) over time-major [T, B] rollouts.
+
+Turn-taking: with `valid` [T, B] (False where the agent's action did not count: not its turn,
+dead, padding), both estimators run over each column's own decisions. The reward of an
+invalid step is credited to the agent's previous decision of the same episode (an alternating
+game hands the final reward to the waiting agent on such a step), an episode end on an
+invalid step ends that decision's return, and a decision bootstraps from the value of the
+agent's next decision: an invalid step's value is never used, since the critic is not trained
+on those steps. Rewards of invalid steps before the first decision of a rollout have no
+decision to go to and are dropped. With every step valid this is the usual estimator.
+"""
 
 from __future__ import annotations
 
@@ -11,12 +21,37 @@ def _check_time_major(name: str, x: Tensor, t: int, b: int) -> None:
         raise ValueError(f"{name} must have shape [T, B] = [{t}, {b}], got {tuple(x.shape)}")
 
 
+def credit_to_decisions(
+    rewards: Tensor, dones: Tensor, valid: Tensor
+) -> tuple[Tensor, Tensor]:
+    """Per decision (valid step): its reward plus those of the invalid steps after it in the
+    same episode, and whether the episode ended on it or on one of those steps. [T, B] each;
+    zero at invalid steps."""
+    t_len, batch = rewards.shape
+    valid = valid.bool()
+    ended = dones.bool()
+    # owner[t]: the decision step that step t's reward goes to (t_len: none, dropped)
+    owner = torch.empty(t_len, batch, dtype=torch.long, device=rewards.device)
+    none = torch.full((batch,), t_len, dtype=torch.long, device=rewards.device)
+    current = none
+    for t in range(t_len):
+        current = torch.where(valid[t], t, current)
+        owner[t] = current
+        current = torch.where(ended[t], none, current)  # later steps: a new episode
+    dec_rewards = rewards.new_zeros(t_len + 1, batch).scatter_add_(0, owner, rewards)
+    dec_dones = rewards.new_zeros(t_len + 1, batch).scatter_reduce_(
+        0, owner, dones.to(rewards.dtype), reduce="amax"
+    )
+    return dec_rewards[:t_len], dec_dones[:t_len]
+
+
 def gae(
     rewards: Tensor,
     values: Tensor,
     dones: Tensor,
     gamma: float,
     gae_lambda: float,
+    valid: Tensor | None = None,
 ) -> tuple[Tensor, Tensor]:
     """Generalised advantage estimation (Schulman et al. 2016).
 
@@ -32,6 +67,9 @@ def gae(
             f"values must have shape [T+1, B] = [{t_len + 1}, {batch}], got {tuple(values.shape)}"
         )
     _check_time_major("dones", dones, t_len, batch)
+    if valid is not None:
+        _check_time_major("valid", valid, t_len, batch)
+        return _gae_over_decisions(rewards, values, dones, valid, gamma, gae_lambda)
 
     not_done = 1.0 - dones.to(rewards.dtype)
     deltas = rewards + gamma * not_done * values[1:] - values[:-1]
@@ -45,6 +83,21 @@ def gae(
     return advantages, advantages + values[:-1]
 
 
+def _gae_over_decisions(rewards, values, dones, valid, gamma, gae_lambda):
+    rewards, dones = credit_to_decisions(rewards, dones, valid)
+    valid = valid.bool()
+    not_done = 1.0 - dones
+    advantages = torch.zeros_like(rewards)
+    next_value, running = values[-1], torch.zeros_like(rewards[0])
+    for t in range(rewards.shape[0] - 1, -1, -1):
+        delta = rewards[t] + gamma * not_done[t] * next_value - values[t]
+        adv = delta + gamma * gae_lambda * not_done[t] * running
+        advantages[t] = torch.where(valid[t], adv, 0.0)
+        next_value = torch.where(valid[t], values[t], next_value)
+        running = torch.where(valid[t], adv, running)
+    return advantages, advantages + values[:-1]
+
+
 def vtrace(
     log_rhos: Tensor,
     discounts: Tensor,
@@ -53,12 +106,17 @@ def vtrace(
     bootstrap_value: Tensor,
     clip_rho: float,
     clip_c: float,
+    valid: Tensor | None = None,
 ) -> tuple[Tensor, Tensor]:
     """V-trace off-policy correction (Espeholt et al. 2018); no gradients flow through the result.
 
     log_rhos = log pi(a|x) - log mu(a|x) [T, B]; discounts = gamma * (1 - done) [T, B];
     rewards [T, B]; values [T, B]; bootstrap_value [B]. Returns (vs [T, B], pg_advantages [T, B])
     with pg_advantages = min(rho, clip_rho) * (rewards + discounts * vs_{t+1} - values).
+
+    With `valid`, over each column's decisions: give rewards and discounts per decision
+    (`credit_to_decisions`); "t+1" is then the column's next valid step, and invalid steps get
+    vs = values and a zero advantage.
     """
     if log_rhos.dim() != 2:
         raise ValueError(f"log_rhos must have shape [T, B], got {tuple(log_rhos.shape)}")
@@ -69,6 +127,12 @@ def vtrace(
     if bootstrap_value.shape != (batch,):
         raise ValueError(
             f"bootstrap_value must have shape [B] = [{batch}], got {tuple(bootstrap_value.shape)}"
+        )
+
+    if valid is not None:
+        _check_time_major("valid", valid, t_len, batch)
+        return _vtrace_over_decisions(
+            log_rhos, discounts, rewards, values, bootstrap_value, clip_rho, clip_c, valid
         )
 
     with torch.no_grad():
@@ -90,4 +154,27 @@ def vtrace(
 
         vs_next = torch.cat([vs[1:], bootstrap_value.unsqueeze(0)], dim=0)
         pg_advantages = clipped_rhos * (rewards + discounts * vs_next - values)
+    return vs, pg_advantages
+
+
+@torch.no_grad()
+def _vtrace_over_decisions(
+    log_rhos, discounts, rewards, values, bootstrap_value, clip_rho, clip_c, valid
+):
+    valid = valid.bool()
+    rhos = torch.exp(log_rhos)
+    clipped_rhos = torch.clamp(rhos, max=clip_rho)
+    cs = torch.clamp(rhos, max=clip_c)
+    vs = values.clone()
+    pg_advantages = torch.zeros_like(values)
+    next_value, running = bootstrap_value, torch.zeros_like(bootstrap_value)  # running: vs - V
+    for t in range(values.shape[0] - 1, -1, -1):
+        next_vs = next_value + running
+        delta = clipped_rhos[t] * (rewards[t] + discounts[t] * next_value - values[t])
+        vs_minus_v = delta + discounts[t] * cs[t] * running
+        adv = clipped_rhos[t] * (rewards[t] + discounts[t] * next_vs - values[t])
+        vs[t] = torch.where(valid[t], vs_minus_v + values[t], values[t])
+        pg_advantages[t] = torch.where(valid[t], adv, 0.0)
+        next_value = torch.where(valid[t], values[t], next_value)
+        running = torch.where(valid[t], vs_minus_v, running)
     return vs, pg_advantages

@@ -32,7 +32,7 @@ from torch import nn
 
 from rl_pbt.config.flags import TUNED_HPARAMS
 from rl_pbt.config.parse import recurrence
-from rl_pbt.learning.advantages import gae, vtrace
+from rl_pbt.learning.advantages import credit_to_decisions, gae, vtrace
 from rl_pbt.learning.checkpoints import load_latest_checkpoint, write_checkpoint
 from rl_pbt.learning.losses import (
     clipped_value_loss,
@@ -312,7 +312,8 @@ class Learner:
         obs = {k[4:]: v[:, :t] for k, v in batch.items() if k.startswith("obs.")}
         actions, old_logp = batch["actions"], batch["log_probs"]
         rewards, dones, values_raw = batch["rewards"], batch["dones"], batch["values"]
-        own = batch["valid"] & (batch["policy_id"] == self.policy_id)
+        valid = batch["valid"]
+        own = valid & (batch["policy_id"] == self.policy_id)
         lag = self.version - batch["policy_version"]
         mask = own & (lag <= cfg.max_policy_lag)
         n = actions.shape[0]
@@ -328,19 +329,23 @@ class Learner:
                     )
                 cur_values = model.denormalize_value(cur_v.float())
                 log_rhos = torch.where(mask, cur_logp.float() - old_logp, 0.0)
-                discounts = hp["gamma"] * (1.0 - dones)
+                # over each agent's own decisions (turn-taking, dead or padded steps)
+                dec_rewards, dec_dones = credit_to_decisions(rewards.T, dones.T, valid.T)
                 vs, adv = vtrace(
                     log_rhos.T,
-                    discounts.T,
-                    rewards.T,
+                    hp["gamma"] * (1.0 - dec_dones),
+                    dec_rewards,
                     cur_values.T,
                     values_raw[:, t],
                     cfg.vtrace_rho,
                     cfg.vtrace_c,
+                    valid=valid.T,
                 )
                 returns, adv = vs.T, adv.T
             else:
-                adv, returns = gae(rewards.T, values_raw.T, dones.T, hp["gamma"], cfg.gae_lambda)
+                adv, returns = gae(
+                    rewards.T, values_raw.T, dones.T, hp["gamma"], cfg.gae_lambda, valid=valid.T
+                )
                 adv, returns = adv.T, returns.T
             if cfg.normalize_returns:
                 model.ret_norm.update_masked(returns, mask)
