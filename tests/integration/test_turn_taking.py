@@ -21,9 +21,10 @@ WINNING_MOVE = 2
 
 class FirstMover:
     """Agent 0 picks one of 4 moves, then agent 1 answers (its move does not matter) and the
-    game ends: agent 0 wins (+1, agent 1 -1) if it picked WINNING_MOVE, else loses. Each step,
-    the agent whose turn it is not is marked is_active=False; the last step hands agent 0 its
-    result while it waits."""
+    game ends: agent 0 gets +1 if it picked WINNING_MOVE, else -1. Agent 1 is a bystander
+    (reward 0): a zero-sum reward to it would teach the shared network through agent 1's
+    steps too, and this test is about agent 0's credit. Each step, the agent whose turn it is
+    not is marked is_active=False; the last step hands agent 0 its result while it waits."""
 
     is_multiagent = True
     num_agents = 2
@@ -49,7 +50,7 @@ class FirstMover:
             infos = [{"is_active": True}, {"is_active": False}]
             return self._obs(), [0.0, 0.0], [False, False], [False, False], infos
         win = self.choice == WINNING_MOVE
-        rewards = [1.0, -1.0] if win else [-1.0, 1.0]
+        rewards = [1.0 if win else -1.0, 0.0]
         infos = [
             {"is_active": False, "true_objective": float(win)},
             {"is_active": True, "true_objective": float(not win)},
