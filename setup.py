@@ -16,8 +16,8 @@ setup(
     ],
     extras_require={
         "doom": ["vizdoom>=1.2.3"],
-        # psutil: the benchmark scripts' tests measure process memory; the report, video and
-        # W&B tests run with their libraries, not skipped
+        # psutil: the benchmark scripts' tests measure process memory; the report, video,
+        # W&B and PettingZoo tests run with their libraries, not skipped
         "test": [
             "pytest>=7",
             "ruff>=0.5",
@@ -26,8 +26,11 @@ setup(
             "imageio>=2.28",
             "imageio-ffmpeg>=0.4.8",
             "wandb>=0.16",
+            "pettingzoo>=1.24",
         ],
         "bench": ["psutil>=5.9"],
+        # ParallelEnv and turn-based (AEC) envs; connect_four needs nothing more (its
+        # renderer needs pygame)
         "pettingzoo": ["pettingzoo>=1.24"],
         # counts GPUs through NVML, so the main process never initialises CUDA to count them
         "gpu": ["nvidia-ml-py>=12"],

@@ -189,3 +189,154 @@ def register_pettingzoo_env(
         extra_flags=extra_flags,
         default_overrides=default_overrides,
     )
+
+
+# --- turn-based (AEC) envs ----------------------------------------------------------------------
+def _flat_box(space: spaces.Box) -> spaces.Box:
+    """A Box of any shape as a float32 vector (board planes for an MLP)."""
+    low = np.asarray(np.broadcast_to(space.low, space.shape), np.float32).reshape(-1)
+    high = np.asarray(np.broadcast_to(space.high, space.shape), np.float32).reshape(-1)
+    return spaces.Box(low, high, (int(np.prod(space.shape)),), np.float32)
+
+
+class PettingZooAECAdapter:
+    """A turn-based PettingZoo AEC env (e.g. `connect_four_v3.env()`) seen as an rl_pbt
+    multi-agent env: one `step` is one move of the agent whose turn it is.
+
+    Each step, every agent gets an observation, but only the mover's action is played and only
+    the mover is `is_active`; the others wait (their actions are ignored, and the rewards the
+    move gives them, e.g. the loser's -1 on the winning move, are credited to their own last
+    move by the learner). Observations: a Dict `{"observation", "action_mask"}` when the env
+    gives an action mask, its observation flattened to a float32 vector (`flatten=True`); a
+    waiting agent's mask allows every action (its action is ignored anyway). When the game
+    ends every agent is done, with `info["true_objective"]` its return of the game, and the
+    returned observations start the next game.
+    """
+
+    is_multiagent = True
+
+    def __init__(self, aec_env: Any, seed: Optional[int] = None, flatten: bool = True):
+        if not hasattr(aec_env, "agent_iter"):
+            raise TypeError("expected a PettingZoo AEC env (no `agent_iter`); for a "
+                            "ParallelEnv use PettingZooParallelAdapter")  # fmt: skip
+        self.env = aec_env
+        self.agent_names: list = list(aec_env.possible_agents)
+        self.num_agents = len(self.agent_names)
+        raw_obs = aec_env.observation_space(self.agent_names[0])
+        self.action_space = aec_env.action_space(self.agent_names[0])
+        for agent in self.agent_names[1:]:
+            if (aec_env.observation_space(agent) != raw_obs
+                    or aec_env.action_space(agent) != self.action_space):  # fmt: skip
+                raise ValueError(f"agent {agent!r}: all agents must share one observation "
+                                 "space and one action space")  # fmt: skip
+        self.masked = isinstance(raw_obs, spaces.Dict) and "action_mask" in raw_obs.spaces
+        inner = raw_obs["observation"] if self.masked else raw_obs
+        self.flatten = flatten and isinstance(inner, spaces.Box) and len(inner.shape) != 1
+        inner_out = _flat_box(inner) if self.flatten else inner
+        if self.masked:
+            self.observation_space = spaces.Dict(
+                {"observation": inner_out, "action_mask": raw_obs["action_mask"]}
+            )
+            self._all_legal = np.ones(raw_obs["action_mask"].shape, raw_obs["action_mask"].dtype)
+        else:
+            self.observation_space = inner_out
+        self.render_mode = getattr(aec_env, "render_mode", None)
+        self._next_seed = seed
+        self._returns = np.zeros(self.num_agents)
+
+    def _observe(self, agent: Any, moving: bool):
+        raw = self.env.observe(agent)
+        inner = raw["observation"] if self.masked else raw
+        if self.flatten:
+            inner = np.asarray(inner, np.float32).reshape(-1)
+        if not self.masked:
+            return inner
+        mask = raw["action_mask"] if moving else self._all_legal
+        return {"observation": inner, "action_mask": np.asarray(mask)}
+
+    def _observations(self) -> list:
+        mover = self.env.agent_selection
+        return [self._observe(a, a == mover) for a in self.agent_names]
+
+    def reset(self, seed: Optional[int] = None, options: Optional[dict] = None):
+        if seed is None:
+            seed, self._next_seed = self._next_seed, None
+        self.env.reset(seed=seed, options=options)
+        self._returns = np.zeros(self.num_agents)
+        mover = self.env.agent_selection
+        return self._observations(), [{"is_active": a == mover} for a in self.agent_names]
+
+    def step(self, actions: Sequence[Any]):
+        if len(actions) != self.num_agents:
+            raise ValueError(f"expected {self.num_agents} actions, got {len(actions)}")
+        mover = self.env.agent_selection
+        action = actions[self.agent_names.index(mover)]
+        if self.masked:
+            mask = self.env.observe(mover)["action_mask"]
+            if not mask[int(action)]:
+                legal = np.flatnonzero(mask).tolist()
+                raise ValueError(f"{mover!r} played the illegal action {action} (legal: {legal})")
+        self.env.step(action)
+        rewards = [float(self.env.rewards.get(a, 0.0)) for a in self.agent_names]
+        self._returns += rewards
+        infos = [{"is_active": a == mover} for a in self.agent_names]
+        terminated = any(self.env.terminations.get(a, False) for a in self.agent_names)
+        truncated = any(self.env.truncations.get(a, False) for a in self.agent_names)
+        if terminated or truncated or not self.env.agents:
+            for i, info in enumerate(infos):
+                info["true_objective"] = float(self._returns[i])
+            new_obs, _ = self.reset()
+            n = self.num_agents
+            return new_obs, rewards, [terminated] * n, [truncated and not terminated] * n, infos
+        n = self.num_agents
+        return self._observations(), rewards, [False] * n, [False] * n, infos
+
+    def render(self) -> Any:
+        return self.env.render()
+
+    def close(self) -> None:
+        self.env.close()
+
+
+class PettingZooAECFactory(PettingZooFactory):
+    """A picklable env factory around `creator_fn(**env_kwargs)` returning an AEC env."""
+
+    def __call__(self, full_env_name, cfg, env_config, render_mode=None):
+        kwargs = dict(self.env_kwargs)
+        if render_mode is not None:
+            kwargs["render_mode"] = render_mode
+        base = getattr(cfg, "seed", None) if cfg is not None else None
+        seed = None
+        if base is not None:
+            env_id = int((env_config or {}).get("env_id", 0))
+            seed = int(np.random.SeedSequence(base, spawn_key=(env_id,)).generate_state(1)[0])
+        return PettingZooAECAdapter(self.creator_fn(**kwargs), seed=seed)
+
+
+def register_pettingzoo_aec_env(
+    name: str,
+    creator_fn: Callable[..., Any],
+    env_kwargs: Optional[dict] = None,
+    extra_flags: Optional[list[Flag]] = None,
+    default_overrides: Optional[dict[str, Any]] = None,
+) -> None:
+    """Register `name` as the turn-based `creator_fn(**env_kwargs)` (e.g.
+    `connect_four_v3.env`) wrapped in `PettingZooAECAdapter`; `creator_fn` should be a
+    module-level function."""
+    register_env(
+        name,
+        PettingZooAECFactory(creator_fn, env_kwargs),
+        extra_flags=extra_flags,
+        default_overrides=default_overrides,
+    )
+
+
+def _connect_four(**kwargs):
+    from pettingzoo.classic import connect_four_v3
+
+    return connect_four_v3.env(**kwargs)
+
+
+# PettingZoo's connect four, out of the box (`pip install -e ".[pettingzoo]"`, which brings
+# its classic games): imported only when an env of it is made
+register_pettingzoo_aec_env("connect_four", _connect_four)
