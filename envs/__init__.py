@@ -7,7 +7,13 @@ registered only when the `vizdoom` package is installed (`pip install -e ".[doom
 import importlib
 import importlib.util
 
-for _module in ("envs.gym_envs", "envs.lure", "envs.arena", "envs.pettingzoo_adapter"):
+for _module in (
+    "envs.gym_envs",
+    "envs.lure",
+    "envs.arena",
+    "envs.pettingzoo_adapter",
+    "envs.connect_four",
+):
     if importlib.util.find_spec(_module) is not None:
         importlib.import_module(_module)
 

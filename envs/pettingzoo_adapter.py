@@ -209,13 +209,20 @@ class PettingZooAECAdapter:
     move by the learner). Observations: a Dict `{"observation", "action_mask"}` when the env
     gives an action mask, its observation flattened to a float32 vector (`flatten=True`); a
     waiting agent's mask allows every action (its action is ignored anyway). When the game
-    ends every agent is done, with `info["true_objective"]` its return of the game, and the
-    returned observations start the next game.
+    ends every agent is done, with `info["true_objective"]` its return of the game (or
+    `objective(return)`, e.g. 1 win / 0.5 draw / 0 loss), and the returned observations start
+    the next game.
     """
 
     is_multiagent = True
 
-    def __init__(self, aec_env: Any, seed: Optional[int] = None, flatten: bool = True):
+    def __init__(
+        self,
+        aec_env: Any,
+        seed: Optional[int] = None,
+        flatten: bool = True,
+        objective: Optional[Callable[[float], float]] = None,
+    ):
         if not hasattr(aec_env, "agent_iter"):
             raise TypeError("expected a PettingZoo AEC env (no `agent_iter`); for a "
                             "ParallelEnv use PettingZooParallelAdapter")  # fmt: skip
@@ -243,6 +250,7 @@ class PettingZooAECAdapter:
         self.render_mode = getattr(aec_env, "render_mode", None)
         self._next_seed = seed
         self._returns = np.zeros(self.num_agents)
+        self._objective = objective
 
     def _observe(self, agent: Any, moving: bool):
         raw = self.env.observe(agent)
@@ -284,7 +292,8 @@ class PettingZooAECAdapter:
         truncated = any(self.env.truncations.get(a, False) for a in self.agent_names)
         if terminated or truncated or not self.env.agents:
             for i, info in enumerate(infos):
-                info["true_objective"] = float(self._returns[i])
+                ret = float(self._returns[i])
+                info["true_objective"] = self._objective(ret) if self._objective else ret
             new_obs, _ = self.reset()
             n = self.num_agents
             return new_obs, rewards, [terminated] * n, [truncated and not terminated] * n, infos
@@ -301,6 +310,10 @@ class PettingZooAECAdapter:
 class PettingZooAECFactory(PettingZooFactory):
     """A picklable env factory around `creator_fn(**env_kwargs)` returning an AEC env."""
 
+    def __init__(self, creator_fn, env_kwargs=None, objective=None):
+        super().__init__(creator_fn, env_kwargs)
+        self.objective = objective
+
     def __call__(self, full_env_name, cfg, env_config, render_mode=None):
         kwargs = dict(self.env_kwargs)
         if render_mode is not None:
@@ -310,7 +323,7 @@ class PettingZooAECFactory(PettingZooFactory):
         if base is not None:
             env_id = int((env_config or {}).get("env_id", 0))
             seed = int(np.random.SeedSequence(base, spawn_key=(env_id,)).generate_state(1)[0])
-        return PettingZooAECAdapter(self.creator_fn(**kwargs), seed=seed)
+        return PettingZooAECAdapter(self.creator_fn(**kwargs), seed=seed, objective=self.objective)
 
 
 def register_pettingzoo_aec_env(
@@ -319,24 +332,15 @@ def register_pettingzoo_aec_env(
     env_kwargs: Optional[dict] = None,
     extra_flags: Optional[list[Flag]] = None,
     default_overrides: Optional[dict[str, Any]] = None,
+    objective: Optional[Callable[[float], float]] = None,
 ) -> None:
     """Register `name` as the turn-based `creator_fn(**env_kwargs)` (e.g.
-    `connect_four_v3.env`) wrapped in `PettingZooAECAdapter`; `creator_fn` should be a
-    module-level function."""
+    `connect_four_v3.env`) wrapped in `PettingZooAECAdapter`; `creator_fn` (and `objective`,
+    the game's return -> true_objective) should be module-level functions."""
     register_env(
         name,
-        PettingZooAECFactory(creator_fn, env_kwargs),
+        PettingZooAECFactory(creator_fn, env_kwargs, objective),
         extra_flags=extra_flags,
         default_overrides=default_overrides,
     )
 
-
-def _connect_four(**kwargs):
-    from pettingzoo.classic import connect_four_v3
-
-    return connect_four_v3.env(**kwargs)
-
-
-# PettingZoo's connect four, out of the box (`pip install -e ".[pettingzoo]"`, which brings
-# its classic games): imported only when an env of it is made
-register_pettingzoo_aec_env("connect_four", _connect_four)

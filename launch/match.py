@@ -4,9 +4,10 @@
         --players p0 p1 p2 random chaser --games=200
 
 A player is `pN` (policy N of --experiment), `EXPERIMENT:pN` (another experiment),
-`random` (uniform random actions) or a scripted baseline the env provides (`chaser` for the
-arena). In an env with 2k agents, the first k seats are one side and the rest the other;
-every pairing plays half its games on each side.
+`random` (uniform over the legal actions) or a scripted player the env registers
+(`register_scripted_policy`): `chaser` for the arena, `alphabeta` for connect four, with
+parameters as `alphabeta:depth=4`. In an env with 2k agents, the first k seats are one side
+and the rest the other; every pairing plays half its games on each side.
 
 With `--num_envs=K` (K > 1) the games of a pairing run K at a time in the env's batched
 version (envs registered with one, such as the arena), each trained player acting for all its
@@ -25,7 +26,7 @@ import argparse
 import itertools
 import os
 import sys
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from types import SimpleNamespace
 from typing import Any, Callable, Optional, Sequence
 
@@ -35,6 +36,12 @@ import torch
 
 import envs  # noqa: F401  (registers the built-in envs)
 from rl_pbt.envs.registry import has_batched_env, make_env, make_env_batch
+from rl_pbt.envs.scripted import (  # noqa: F401  (RandomActor: for callers of this module)
+    RandomActor,
+    looks_scripted,
+    make_scripted,
+    scripted_policies,
+)
 from rl_pbt.envs.wrappers import as_multiagent
 from rl_pbt.logging.video import (
     VideoWriter,
@@ -47,44 +54,32 @@ from rl_pbt.models.action_dist import to_env_action
 from rl_pbt.models.loading import PolicyActor, experiment_cfg, load_policy
 from rl_pbt.sampling.elo import DEFAULT_RATING
 
-SCRIPTED = {"chaser": ("envs.arena.scripted", "ChaserPlayer")}
-
-
-class RandomActor:
-    def __init__(self, action_space, seed: int):
-        self.space = action_space
-        self.space.seed(seed)
-
-    def act(self, obs):
-        return self.space.sample()
-
-    def reset(self) -> None:
-        pass
-
 
 def make_player(spec: str, env, args, seed: int) -> Callable[[], Any]:
     """Returns a factory of per-seat actors for the player named by `spec`."""
-    if spec == "random":
-        return lambda: RandomActor(env.action_space, seed)
-    if spec in SCRIPTED:
-        module, cls = SCRIPTED[spec]
-        player_cls = getattr(__import__(module, fromlist=[cls]), cls)
-        return lambda: _Scripted(player_cls(num_agents=env.num_agents, seed=seed))
+    env_name = getattr(args, "env", None)
+    if looks_scripted(spec, env_name):
+        make_scripted(env_name, spec, env, seed)  # a bad name or parameter fails here, once
+        return lambda: _Scripted(make_scripted(env_name, spec, env, seed))
     model = _load_model(spec, env, args)
     return lambda: PolicyActor(
         model, env.observation_space, env.action_space, deterministic=args.deterministic
     )
 
 
-def parse_player(spec: str, experiment: Optional[str]) -> Optional[tuple[str, int]]:
+def parse_player(
+    spec: str, experiment: Optional[str], env_name: Optional[str] = None
+) -> Optional[tuple[str, int]]:
     """(experiment, policy id) of a trained player; None for `random` and scripted players.
     ValueError (one line) for a spec of no known form, or `pN` without --experiment."""
-    if spec == "random" or spec in SCRIPTED:
+    if looks_scripted(spec):
         return None
     exp, _, pol = spec.rpartition(":")
     if not pol.startswith("p") or not pol[1:].isdigit():
+        known = f" ({', '.join(scripted_policies(env_name))} for {env_name})" if env_name else ""
         raise ValueError(
-            f"player {spec!r}: expected pN, EXPERIMENT:pN, random or one of {sorted(SCRIPTED)}"
+            f"player {spec!r}: expected pN, EXPERIMENT:pN, random or a scripted player of the "
+            f"env{known} (NAME or NAME:key=value)"
         )
     if not exp and not experiment:
         raise ValueError(f"player {spec!r} needs --experiment (or name it EXPERIMENT:{spec})")
@@ -160,7 +155,7 @@ class SeatActors:
 def make_batch_player(spec: str, env, args, seed: int) -> Callable[[int], Any]:
     """Returns a factory of batch actors (`factory(seats)`) for the player named by `spec`:
     trained policies act for all their seats with one model call, other players seat by seat."""
-    if spec == "random" or spec in SCRIPTED:
+    if looks_scripted(spec, getattr(args, "env", None)):
         factory = make_player(spec, env, args, seed)
         return lambda seats: SeatActors(factory, seats)
     model = _load_model(spec, env, args)
@@ -177,7 +172,9 @@ class _Scripted:
         return self.player.act(obs)
 
     def reset(self) -> None:
-        pass
+        reset = getattr(self.player, "reset", None)
+        if reset is not None:
+            reset()
 
 
 def play(env, side_a: list, side_b: list, games: int, max_steps: int) -> list[float]:
@@ -235,6 +232,19 @@ def play_batched(batch_env, side_a, side_b, games: int, max_steps: int) -> list[
             side_a.reset(slice(k * half, (k + 1) * half))
             side_b.reset(slice(k * (n - half), (k + 1) * (n - half)))
     return [s for copy in scores for s in copy]
+
+
+def score_interval(scores: Sequence[float], z: float = 1.96) -> tuple[float, float]:
+    """Wilson score interval of a mean score in [0, 1] (a draw counts half): it stays inside
+    [0, 1] and is not empty for a perfect score, unlike mean +- z standard errors."""
+    n = len(scores)
+    if n == 0:
+        return 0.0, 1.0
+    p = float(np.mean(scores))
+    z2 = z * z
+    centre = (p + z2 / (2 * n)) / (1 + z2 / n)
+    half = z * np.sqrt(p * (1 - p) / n + z2 / (4 * n * n)) / (1 + z2 / n)
+    return max(0.0, centre - half), min(1.0, centre + half)
 
 
 ELO_SCALE = 400.0 / np.log(10.0)  # Elo points per unit of log-odds
@@ -303,6 +313,7 @@ class Ratings:
     stderr: np.ndarray
     games: np.ndarray
     score: np.ndarray
+    results: list = field(default_factory=list)  # the games: (i, j, score of i)
 
     @classmethod
     def fit(cls, names: list[str], games: list[tuple[int, int, float]]) -> Ratings:
@@ -313,7 +324,17 @@ class Ratings:
         count = np.bincount(idx, minlength=len(names))
         total = np.bincount(idx, weights=points, minlength=len(names))
         score = np.divide(total, count, out=np.full(len(names), np.nan), where=count > 0)
-        return cls(list(names), elo + DEFAULT_RATING, stderr, count, score)
+        return cls(list(names), elo + DEFAULT_RATING, stderr, count, score, list(games))
+
+    def pair_scores(self, z: float = 1.96) -> list[tuple[str, str, float, float, float, int]]:
+        """Per pairing: (row player, column player, score of the row player, low, high of its
+        confidence interval, games)."""
+        out = []
+        for i, j in sorted({(a, b) for a, b, _ in self.results}):
+            s = [x for a, b, x in self.results if (a, b) == (i, j)]
+            lo, hi = score_interval(s, z)
+            out.append((self.names[i], self.names[j], float(np.mean(s)), lo, hi, len(s)))
+        return out
 
     def rating(self, name: str) -> float:
         return float(self.elo[self.names.index(name)])
@@ -405,7 +426,7 @@ def main(argv: list[str] | None = None) -> int:
 
     try:
         for spec in args.players:
-            parse_player(spec, args.experiment)
+            parse_player(spec, args.experiment, args.env)
         args.env = resolve_env(args)
         if args.num_envs < 1:
             raise ValueError(f"--num_envs={args.num_envs}: must be at least 1")
@@ -458,6 +479,9 @@ def main(argv: list[str] | None = None) -> int:
         "+/- one standard error):"
     )
     print(ratings.table())
+    print("\nscore of the first player with its 95% confidence interval (Wilson):")
+    for a, b, score, lo, hi, n in ratings.pair_scores():
+        print(f"  {a} vs {b}: {score:.3f} [{lo:.3f}, {hi:.3f}] over {n} games")
     if video:
         players = {p: make_player(p, env, args, args.seed) for p in args.players[:2]}
         save_video(env, args.players[:2], players, video)

@@ -1,11 +1,13 @@
 """rl_pbt: asynchronous APPO with Population Based Training and self-play on one machine.
 
-Public names: `register_env`, `RewardShapingInterface`, `parse_cfg`, `train`.
+Public names: `register_env`, `register_scripted_policy`, `RewardShapingInterface`,
+`parse_cfg`, `train`.
 """
 
 from rl_pbt.config.parse import Cfg, ConfigError, parse_cfg
 from rl_pbt.envs.interfaces import RewardShapingInterface
 from rl_pbt.envs.registry import register_env
+from rl_pbt.envs.scripted import register_scripted_policy
 
 
 def train(cfg: Cfg) -> int:
@@ -15,4 +17,12 @@ def train(cfg: Cfg) -> int:
     return run(cfg)
 
 
-__all__ = ["register_env", "RewardShapingInterface", "parse_cfg", "train", "Cfg", "ConfigError"]
+__all__ = [
+    "register_env",
+    "register_scripted_policy",
+    "RewardShapingInterface",
+    "parse_cfg",
+    "train",
+    "Cfg",
+    "ConfigError",
+]

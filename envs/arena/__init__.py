@@ -13,7 +13,7 @@ import numpy as np
 
 from envs.arena.batch import ArenaBatch
 from envs.arena.game import DEFAULT_EPISODE_STEPS, ArenaGame
-from rl_pbt import register_env
+from rl_pbt import register_env, register_scripted_policy
 from rl_pbt.config.flags import Flag, positive
 
 ARENA_PLAYERS = {"arena_duel": 2, "arena_2v2": 4}
@@ -87,3 +87,14 @@ for _name in ARENA_PLAYERS:
         default_overrides=ARENA_DEFAULTS,
         make_batch_func=make_arena_batch,
     )
+
+
+def make_chaser(env, seed=None):
+    """The scripted `chaser` of `rl-pbt-match` and `vs_scripted:chaser`."""
+    from envs.arena.scripted import ChaserPlayer
+
+    return ChaserPlayer(num_agents=env.num_agents, seed=seed)
+
+
+for _name in ARENA_PLAYERS:
+    register_scripted_policy(_name, "chaser", make_chaser)

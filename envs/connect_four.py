@@ -1,0 +1,143 @@
+"""PettingZoo's connect four (`connect_four_v3`) as the turn-based env `connect_four`, with
+fixed opponents: `random` (uniform over legal moves) and `alphabeta` (negamax with
+alpha-beta pruning, `alphabeta:depth=N`, default 2).
+
+The env comes through `PettingZooAECAdapter`: observations are the board seen by the agent
+(84 floats: 6 rows x 7 columns x [its own pieces, the opponent's], row 0 at the top) and the
+legal columns as an action mask; `true_objective` is 1 for a win, 0.5 for a draw, 0 for a loss.
+PettingZoo is imported only when an env is made (`pip install -e ".[pettingzoo]"`).
+"""
+
+from __future__ import annotations
+
+from typing import Optional
+
+import numpy as np
+
+from envs.pettingzoo_adapter import register_pettingzoo_aec_env
+from rl_pbt.envs.scripted import register_scripted_policy
+
+ROWS, COLS = 6, 7
+WIN = 1_000_000
+_WEIGHTS = np.array([0.0, 1.0, 4.0, 32.0, 0.0])  # a line of 4 cells holding 0..4 of one side
+
+
+def _lines() -> np.ndarray:
+    """The 69 lines of 4 cells (flat indices r * COLS + c)."""
+    out = []
+    for r in range(ROWS):
+        for c in range(COLS):
+            for dr, dc in ((0, 1), (1, 0), (1, 1), (1, -1)):
+                cells = [(r + k * dr, c + k * dc) for k in range(4)]
+                if all(0 <= rr < ROWS and 0 <= cc < COLS for rr, cc in cells):
+                    out.append([rr * COLS + cc for rr, cc in cells])
+    return np.array(out, dtype=np.int64)
+
+
+LINES = _lines()
+LINES_OF_CELL = [LINES[(LINES == i).any(axis=1)] for i in range(ROWS * COLS)]
+CENTRE_FIRST = [3, 2, 4, 1, 5, 0, 6]
+
+
+def board_from_obs(obs) -> np.ndarray:
+    """The board as 42 int8: +1 the observing agent's pieces, -1 the opponent's, 0 empty."""
+    planes = np.asarray(obs["observation"]).reshape(ROWS, COLS, 2)
+    return (planes[..., 0] - planes[..., 1]).astype(np.int8).reshape(-1)
+
+
+def drop_row(board: np.ndarray, col: int) -> int:
+    """The row a piece dropped in `col` lands on; -1 when the column is full."""
+    for r in range(ROWS - 1, -1, -1):
+        if board[r * COLS + col] == 0:
+            return r
+    return -1
+
+
+def wins(board: np.ndarray, cell: int, side: int) -> bool:
+    """Whether the piece of `side` at `cell` completes a line of four."""
+    return bool((board[LINES_OF_CELL[cell]].sum(axis=1) == 4 * side).any())
+
+
+def evaluate(board: np.ndarray) -> float:
+    """Heuristic value for +1: lines still open to one side, weighted by how full they are."""
+    vals = board[LINES]
+    mine = (vals == 1).sum(axis=1)
+    theirs = (vals == -1).sum(axis=1)
+    score = _WEIGHTS[mine[theirs == 0]].sum() - _WEIGHTS[theirs[mine == 0]].sum()
+    centre = board[3::COLS].sum()
+    return float(score + 2.0 * centre)
+
+
+def negamax(board: np.ndarray, depth: int, alpha: float, beta: float, side: int) -> float:
+    """Value of the position for `side` to move, searched `depth` plies deep."""
+    if depth == 0:
+        return side * evaluate(board)
+    best = -np.inf
+    moved = False
+    for col in CENTRE_FIRST:
+        r = drop_row(board, col)
+        if r < 0:
+            continue
+        moved = True
+        cell = r * COLS + col
+        board[cell] = side
+        if wins(board, cell, side):
+            value = WIN + depth  # a sooner win is worth more
+        else:
+            value = -negamax(board, depth - 1, -beta, -alpha, -side)
+        board[cell] = 0
+        best = max(best, value)
+        alpha = max(alpha, value)
+        if alpha >= beta:
+            break
+    return best if moved else 0.0  # a full board: a draw
+
+
+class AlphaBetaPlayer:
+    """Picks the column of the best negamax value `depth` plies deep (depth 1: its own move
+    only; 2: and the reply), ties broken at random."""
+
+    def __init__(self, depth: int = 2, seed: Optional[int] = None):
+        if int(depth) < 1:
+            raise ValueError(f"depth={depth}: at least 1")
+        self.depth = int(depth)
+        self.rng = np.random.default_rng(seed)
+
+    def act(self, obs) -> int:
+        board = board_from_obs(obs)
+        legal = np.flatnonzero(np.asarray(obs["action_mask"]) > 0)
+        values = []
+        for col in legal.tolist():
+            r = drop_row(board, col)
+            cell = r * COLS + col
+            board[cell] = 1
+            if wins(board, cell, 1):
+                value = WIN + self.depth
+            else:
+                value = -negamax(board, self.depth - 1, -np.inf, np.inf, -1)
+            board[cell] = 0
+            values.append(value)
+        values = np.asarray(values)
+        best = legal[np.flatnonzero(values == values.max())]
+        return int(self.rng.choice(best))
+
+    def reset(self) -> None:
+        pass
+
+
+def make_alphabeta(env, seed: Optional[int] = None, depth: int = 2) -> AlphaBetaPlayer:
+    return AlphaBetaPlayer(depth=depth, seed=seed)
+
+
+def make_connect_four(**kwargs):
+    from pettingzoo.classic import connect_four_v3
+
+    return connect_four_v3.env(**kwargs)
+
+
+def game_score(game_return: float) -> float:
+    return 1.0 if game_return > 0 else 0.0 if game_return < 0 else 0.5
+
+
+register_pettingzoo_aec_env("connect_four", make_connect_four, objective=game_score)
+register_scripted_policy("connect_four", "alphabeta", make_alphabeta)

@@ -1,0 +1,120 @@
+"""Scripted policies an env provides by name: fixed opponents that never trained with the
+population, to measure its strength against the outside world (`rl-pbt-match`, and PBT's
+`--pbt_target_objective=vs_scripted:NAME`).
+
+    register_scripted_policy("connect_four", "alphabeta", make_alphabeta)
+
+`make_fn(env, seed, **params)` returns an actor: `act(obs)` gives the env action for one
+agent's observation, and an optional `reset()` is called at the start of each episode. A
+player is named `NAME` or `NAME:key=value[,key=value]` (e.g. `alphabeta:depth=2`); the values
+are given to `make_fn` as ints, floats or strings. `random` exists for every env: uniform over
+the legal actions (the action mask, when the observation has one).
+"""
+
+from __future__ import annotations
+
+from typing import Any, Callable, Optional
+
+import numpy as np
+
+from rl_pbt.models.obs import MASK_KEY
+
+MakeScripted = Callable[..., Any]
+
+_SCRIPTED: dict[str, dict[str, MakeScripted]] = {}
+
+
+class RandomActor:
+    """Uniform over the legal actions: every action of the space, or those the observation's
+    action mask allows."""
+
+    def __init__(self, action_space, seed: Optional[int] = None):
+        self.space = action_space
+        self.space.seed(seed)
+        self.rng = np.random.default_rng(seed)
+
+    def act(self, obs):
+        if isinstance(obs, dict) and MASK_KEY in obs and hasattr(self.space, "n"):
+            legal = np.flatnonzero(np.asarray(obs[MASK_KEY]) > 0)
+            return int(self.rng.choice(legal))
+        return self.space.sample()
+
+    def reset(self) -> None:
+        pass
+
+
+def _make_random(env, seed: Optional[int] = None) -> RandomActor:
+    return RandomActor(env.action_space, seed)
+
+
+def register_scripted_policy(env_name: str, name: str, make_fn: MakeScripted) -> None:
+    """Register the scripted player `name` for `env_name` (re-registering replaces it)."""
+    if not name or ":" in name or "," in name or name == "random":
+        raise ValueError(f"scripted player name {name!r}: a plain name, not 'random'")
+    _SCRIPTED.setdefault(env_name, {})[name] = make_fn
+
+
+def scripted_policies(env_name: str) -> list[str]:
+    """The scripted players of `env_name`, `random` first."""
+    return ["random", *sorted(_SCRIPTED.get(env_name, {}))]
+
+
+def _value(text: str) -> Any:
+    for kind in (int, float):
+        try:
+            return kind(text)
+        except ValueError:
+            pass
+    return text
+
+
+def parse_scripted(spec: str) -> tuple[str, dict[str, Any]]:
+    """`NAME` or `NAME:k=v,k=v` -> (NAME, params). ValueError (one line) when malformed."""
+    name, sep, rest = spec.partition(":")
+    params: dict[str, Any] = {}
+    if sep:
+        for item in rest.split(","):
+            key, eq, value = item.partition("=")
+            if not eq or not key.strip():
+                raise ValueError(
+                    f"player {spec!r}: parameters are key=value pairs, e.g. {name}:depth=2"
+                )
+            params[key.strip()] = _value(value.strip())
+    return name, params
+
+
+def looks_scripted(spec: str, env_name: Optional[str] = None) -> bool:
+    """Whether `spec` names a scripted player (of `env_name`, or of any env when None)."""
+    name, sep, rest = spec.partition(":")
+    if sep and "=" not in rest:
+        return False  # EXPERIMENT:pN
+    if name == "random":
+        return True
+    if env_name is not None:
+        return name in _SCRIPTED.get(env_name, {})
+    return any(name in players for players in _SCRIPTED.values())
+
+
+def make_scripted(env_name: Optional[str], spec: str, env, seed: Optional[int] = None) -> Any:
+    """An actor of the scripted player `spec` for `env` (an instance of `env_name`). With
+    `env_name` None, a name is found when every env registering it shares one `make_fn`."""
+    name, params = parse_scripted(spec)
+    if name == "random":
+        make_fn: MakeScripted = _make_random
+    else:
+        if env_name is None:  # found if every env that has `name` has the same one
+            fns = {id(p[name]): p[name] for p in _SCRIPTED.values() if name in p}
+            found = next(iter(fns.values())) if len(fns) == 1 else None
+        else:
+            found = _SCRIPTED.get(env_name, {}).get(name)
+        if found is None:
+            known = ", ".join(scripted_policies(env_name)) if env_name else "random"
+            raise ValueError(
+                f"player {spec!r}: no scripted player {name!r} for env {env_name!r} "
+                f"(known: {known})"
+            )
+        make_fn = found
+    try:
+        return make_fn(env, seed=seed, **params)
+    except TypeError as e:  # an unknown parameter
+        raise ValueError(f"player {spec!r}: {e}") from None
