@@ -559,7 +559,9 @@ FLAGS: list[Flag] = [
         str,
         "true_objective",
         "info key ranked by PBT (episode return when absent); 'elo' ranks by rating; "
-        "'vs_snapshots' by the win rate against frozen snapshots only",
+        "'vs_snapshots' by the win rate against frozen snapshots only; 'vs_scripted:NAME' "
+        "by the score against the env's scripted player NAME (e.g. vs_scripted:alphabeta:"
+        "depth=2; see --selfplay_scripted_prob)",
         non_empty,
         group="pbt",
     ),
@@ -665,6 +667,15 @@ FLAGS: list[Flag] = [
         float,
         0.0,
         "fraction of opponent seats given to frozen past snapshots",
+        in_unit_interval,
+        group="selfplay",
+    ),
+    Flag(
+        "selfplay_scripted_prob",
+        float,
+        0.0,
+        "fraction of episodes played against the scripted player of "
+        "--pbt_target_objective=vs_scripted:NAME (every seat but the first)",
         in_unit_interval,
         group="selfplay",
     ),

@@ -728,6 +728,25 @@ def _check_cross_flags(cfg: Cfg) -> None:
             "--pbt_target_objective=vs_snapshots ranks on games against frozen snapshots: "
             f"it needs --selfplay_snapshot_prob > 0 (got {cfg.selfplay_snapshot_prob})"
         )
+    target = cfg.pbt_target_objective
+    if target.startswith("vs_scripted"):
+        name = target.partition(":")[2]
+        if not name:
+            raise ConfigError(
+                f"--pbt_target_objective={target}: name the scripted player, e.g. "
+                "vs_scripted:alphabeta or vs_scripted:alphabeta:depth=2"
+            )
+        if cfg.selfplay_scripted_prob <= 0:
+            raise ConfigError(
+                f"--pbt_target_objective={target} ranks on games against {name!r}: it needs "
+                f"--selfplay_scripted_prob > 0 (got {cfg.selfplay_scripted_prob}), the share "
+                "of episodes played against it"
+            )
+    elif cfg.selfplay_scripted_prob > 0:
+        raise ConfigError(
+            f"--selfplay_scripted_prob={cfg.selfplay_scripted_prob}: the scripted player is "
+            "named by --pbt_target_objective=vs_scripted:NAME"
+        )
     if cfg.with_pbt and cfg.num_policies < 2:
         raise ConfigError(
             f"--with_pbt needs a population: --num_policies={cfg.num_policies} must be >= 2"

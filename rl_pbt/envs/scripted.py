@@ -118,3 +118,14 @@ def make_scripted(env_name: Optional[str], spec: str, env, seed: Optional[int] =
         return make_fn(env, seed=seed, **params)
     except TypeError as e:  # an unknown parameter
         raise ValueError(f"player {spec!r}: {e}") from None
+
+
+def scripted_snapshot(env_name: str) -> dict[str, MakeScripted]:
+    """The scripted players of `env_name`, to hand to child processes (which may start by
+    spawn, without the registrations a user's script made)."""
+    return dict(_SCRIPTED.get(env_name, {}))
+
+
+def restore_scripted(env_name: str, players: dict[str, MakeScripted]) -> None:
+    for name, make_fn in players.items():
+        _SCRIPTED.setdefault(env_name, {})[name] = make_fn

@@ -30,6 +30,7 @@ from rl_pbt.envs.registry import (
     make_env_batch,
     restore_registry,
 )
+from rl_pbt.envs.scripted import restore_scripted
 from rl_pbt.memory.buffers import TrajectoryBuffers
 from rl_pbt.memory.param_store import ParamStore
 from rl_pbt.memory.slots import SlotPool
@@ -61,6 +62,10 @@ class RunSpec:
     use_snapshots: bool
     # device inference (None: rollout workers act locally)
     inference: Any = None
+    # the env's scripted players (register_scripted_policy), and the seat id of the one
+    # --pbt_target_objective=vs_scripted:NAME plays against (None: no such games)
+    scripted: Optional[dict] = None
+    scripted_seat: Optional[str] = None
 
     def make_model(self):
         return make_actor_critic(self.obs_space, self.action_space, self.cfg)
@@ -124,6 +129,8 @@ def child_setup(
     signal.signal(signal.SIGTERM, signal.default_int_handler)
     signal.signal(signal.SIGINT, signal.default_int_handler)
     restore_registry(spec.registry)
+    if spec.scripted:
+        restore_scripted(spec.cfg.env, spec.scripted)
     threading.Thread(target=_end_if_orphaned, name="orphan-guard", daemon=True).start()
     seed = derive_seed(spec.run_seed, role, index, restart)
     seed_everything(seed)
@@ -180,6 +187,9 @@ def build_worker(
         cfg.selfplay_snapshot_prob if spec.use_snapshots else 0.0,
         ratings=ratings,
         pool=_LivePool(worker_snapshots),
+        scripted=(
+            (spec.scripted_seat, cfg.selfplay_scripted_prob) if spec.scripted_seat else None
+        ),
     )
     share = policy_share(cfg, spec.num_agents, worker_idx)
     if share is not None:

@@ -29,6 +29,7 @@ from rl_pbt.config.policy_values import (
 )
 from rl_pbt.envs.contract import EnvContractError
 from rl_pbt.envs.registry import make_env, registry_snapshot
+from rl_pbt.envs.scripted import make_scripted, scripted_snapshot
 from rl_pbt.envs.wrappers import as_multiagent, reward_shaping_target
 from rl_pbt.learning.checkpoints import CheckpointWriteError
 from rl_pbt.learning.learner import Learner, default_hparams
@@ -85,6 +86,7 @@ from rl_pbt.sampling.elo import (
     CrossPlay,
     EloRatings,
     matches_from_episode,
+    scores_against_scripted,
     scores_against_snapshots,
 )
 from rl_pbt.sampling.inference_server import (
@@ -94,7 +96,7 @@ from rl_pbt.sampling.inference_server import (
     InferenceServer,
     inference_process_main,
 )
-from rl_pbt.sampling.matchmaking import SnapshotPool, snapshot_id
+from rl_pbt.sampling.matchmaking import SnapshotPool, is_snapshot, scripted_seat, snapshot_id
 from rl_pbt.sampling.worker_process import worker_process_main
 
 ELO_SAVE_EVERY_S = 30.0  # elo.json is also written at every stop
@@ -176,6 +178,7 @@ class Runner:
         self.num_agents = int(probe.num_agents)
         target = reward_shaping_target(probe)
         self.default_shaping = target.get_default_reward_shaping() if target else None
+        self.scripted_seat = self._scripted_opponent(probe)
         probe.close()
         self.policy_values = None  # per-policy starting values (--policy_values)
         if cfg.policy_values:
@@ -273,7 +276,9 @@ class Runner:
         self.versions = [0] * cfg.num_policies
         self.pbt = self._make_pbt()
         # PBT's objective: each episode's target (or Elo), or only games against snapshots
-        self.pbt_on_episodes = self.pbt is not None and cfg.pbt_target_objective != "vs_snapshots"
+        target = cfg.pbt_target_objective
+        self.pbt_on_episodes = self.pbt is not None and target != "vs_snapshots"
+        self.pbt_on_episodes &= self.scripted_seat is None
         self.elo = (
             EloRatings.from_dict(read_json(self._elo_path(), {}))
             if os.path.isfile(self._elo_path())
@@ -329,6 +334,8 @@ class Runner:
             initial_shaping={p: self._policy_shaping(p) for p in range(self.num_policies)},
             use_snapshots=self.use_snapshots,
             inference=self.inference,
+            scripted=scripted_snapshot(self.cfg.env),
+            scripted_seat=self.scripted_seat,
         )
 
     def _make_pbt(self):
@@ -435,6 +442,24 @@ class Runner:
             flush=True,
         )
         return status
+
+    def _scripted_opponent(self, probe) -> Optional[str]:
+        """The seat id of --pbt_target_objective=vs_scripted:NAME's player (None without one),
+        checked here: a multi-agent env, a player the env registers, parameters it takes."""
+        target = self.cfg.pbt_target_objective
+        if not target.startswith("vs_scripted:"):
+            return None
+        name = target.partition(":")[2]
+        if self.num_agents < 2:
+            raise ConfigError(
+                f"--pbt_target_objective={target}: games against a scripted player need a "
+                f"multi-agent env, and --env={self.cfg.env} has one agent"
+            )
+        try:
+            make_scripted(self.cfg.env, name, probe)
+        except ValueError as e:
+            raise ConfigError(f"--pbt_target_objective={target}: {e}") from None
+        return scripted_seat(name)
 
     def _worker_factory(self, worker_idx: int, should_stop, blocking: bool = True):
         return build_worker(self.spec(), worker_idx, should_stop, blocking=blocking)
@@ -722,16 +747,18 @@ class Runner:
                             objective = ep.episode_return
                         self.pbt.record_episode(ep.policy_id, objective)
                 for match in msg.matches:
-                    if any(
-                        isinstance(s, str) and s not in self.snapshot_row_of for s in match.seats
-                    ):
+                    if any(is_snapshot(s) and s not in self.snapshot_row_of for s in match.seats):
                         continue  # played against a snapshot since evicted from the pool
                     matches = matches_from_episode(match.seats, match.teams, match.objectives)
                     for team_a, team_b, score in matches:
                         self.elo.record_match(team_a, team_b, score)
                         self.cross_play.record(team_a, team_b, score)
                     if self.pbt is not None and not self.pbt_on_episodes:
-                        for policy, score in scores_against_snapshots(matches):
+                        if self.scripted_seat is not None:
+                            scores = scores_against_scripted(matches, self.scripted_seat)
+                        else:
+                            scores = scores_against_snapshots(matches)
+                        for policy, score in scores:
                             self.pbt.record_episode(policy, score)
             elif isinstance(msg, LearnerReport):
                 self.env_steps[msg.policy_id] = msg.env_steps

@@ -183,11 +183,26 @@ def scores_against_snapshots(matches: Sequence[Match]) -> list[tuple[int, float]
     snapshots alone (snapshot ids are strings, live policies ints); mixed teams, and matches
     between live policies, give nothing. The objective of `--pbt_target_objective=vs_snapshots`.
     """
+    from rl_pbt.sampling.matchmaking import is_snapshot
+
+    return scores_against(matches, is_snapshot)
+
+
+def scores_against_scripted(matches: Sequence[Match], seat: str) -> list[tuple[int, float]]:
+    """(policy, score) for every live policy in a match whose other team is the scripted
+    player `seat` alone (in every seat): the objective of
+    `--pbt_target_objective=vs_scripted:NAME`."""
+    return scores_against(matches, lambda p: p == seat)
+
+
+def scores_against(matches: Sequence[Match], is_opponent) -> list[tuple[int, float]]:
+    """(policy, score) for every team of live policies whose other team is made only of
+    seats for which `is_opponent(seat)` holds."""
     out: list[tuple[int, float]] = []
     for team_a, team_b, score_a in matches:
         for team, other, score in ((team_a, team_b, score_a), (team_b, team_a, 1.0 - score_a)):
             live = not any(isinstance(p, str) for p in team)
-            if live and all(isinstance(p, str) for p in other):
+            if live and all(is_opponent(p) for p in other):
                 out.extend((int(p), float(score)) for p in team)
     return out
 

@@ -39,6 +39,20 @@ def parse_snapshot_id(seat: str) -> tuple[int, int]:
         ) from None
 
 
+SCRIPTED_PREFIX = "scripted:"
+
+
+def scripted_seat(player: str) -> str:
+    """The seat id of a scripted player (`register_scripted_policy`), e.g.
+    'scripted:alphabeta:depth=2'."""
+    return f"{SCRIPTED_PREFIX}{player}"
+
+
+def is_scripted_seat(seat: object) -> bool:
+    """True for a seat given to a scripted player (never trained, never a snapshot)."""
+    return isinstance(seat, str) and seat.startswith(SCRIPTED_PREFIX)
+
+
 def is_snapshot(seat: object) -> bool:
     """True for a seat given to a frozen snapshot, False for a population policy (an int)."""
     return isinstance(seat, str) and seat.startswith(SNAPSHOT_PREFIX)
@@ -90,6 +104,9 @@ class Matchmaker(ABC):
     env); True draws every other seat from `opponent_probs`. Independently, each seat after the
     first goes to a uniformly drawn snapshot with probability `snapshot_prob` (when the pool
     has any). Policies come back as ints, snapshots as their string ids.
+
+    With a scripted player (`scripted`: its seat id and a probability), an episode plays the
+    first seat's policy against it, in every other seat, with that probability.
     """
 
     def __init__(
@@ -98,6 +115,7 @@ class Matchmaker(ABC):
         mix_policies_in_one_env: bool = True,
         snapshot_prob: float = 0.0,
         snapshot_ids: Optional[SnapshotIds] = None,
+        scripted: Optional[tuple[str, float]] = None,
     ):
         if num_policies < 1:
             raise ValueError(f"num_policies must be >= 1, got {num_policies}")
@@ -109,6 +127,9 @@ class Matchmaker(ABC):
         self.mix_policies_in_one_env = bool(mix_policies_in_one_env)
         self.snapshot_prob = float(snapshot_prob)
         self.snapshot_ids = snapshot_ids
+        self.scripted_seat, self.scripted_prob = scripted or (None, 0.0)
+        if not 0.0 <= self.scripted_prob <= 1.0:
+            raise ValueError(f"scripted_prob must be in [0, 1], got {self.scripted_prob}")
 
     @abstractmethod
     def opponent_probs(self, first_policy: int) -> np.ndarray:
@@ -122,6 +143,8 @@ class Matchmaker(ABC):
         seats: list[Seat] = [first]
         if num_agents == 1:
             return seats
+        if self.scripted_prob > 0.0 and rng.random() < self.scripted_prob:
+            return seats + [self.scripted_seat] * (num_agents - 1)
         snapshots = list(self.snapshot_ids()) if self.snapshot_prob > 0.0 else []
         probs = self.opponent_probs(first) if self.mix_policies_in_one_env else None
         for _ in range(num_agents - 1):
@@ -157,8 +180,11 @@ class EloMatchmaker(Matchmaker):
         mix_policies_in_one_env: bool = True,
         snapshot_prob: float = 0.0,
         snapshot_ids: Optional[SnapshotIds] = None,
+        scripted: Optional[tuple[str, float]] = None,
     ):
-        super().__init__(num_policies, mix_policies_in_one_env, snapshot_prob, snapshot_ids)
+        super().__init__(
+            num_policies, mix_policies_in_one_env, snapshot_prob, snapshot_ids, scripted
+        )
         if temperature <= 0:
             raise ValueError(f"temperature must be > 0 (Elo points), got {temperature}")
         self.ratings = ratings
@@ -178,6 +204,7 @@ def make_matchmaker(
     ratings: Optional[EloRatings] = None,
     pool: Optional[SnapshotPool] = None,
     temperature: float = 200.0,
+    scripted: Optional[tuple[str, float]] = None,
 ) -> Matchmaker:
     """Build the strategy named by --matchmaking; `pool` is required when snapshot_prob > 0."""
     if kind not in MATCHMAKER_KINDS:
@@ -188,11 +215,19 @@ def make_matchmaker(
         raise ValueError(f"snapshot_prob={snapshot_prob} > 0 needs a SnapshotPool (pool=...)")
     snapshot_ids = pool.ids if pool is not None else None
     if kind == "uniform":
-        return UniformMatchmaker(num_policies, mix_policies_in_one_env, snapshot_prob, snapshot_ids)
+        return UniformMatchmaker(
+            num_policies, mix_policies_in_one_env, snapshot_prob, snapshot_ids, scripted
+        )
     if ratings is None:
         raise ValueError("matchmaking kind 'elo' needs the shared EloRatings (ratings=...)")
     return EloMatchmaker(
-        num_policies, ratings, temperature, mix_policies_in_one_env, snapshot_prob, snapshot_ids
+        num_policies,
+        ratings,
+        temperature,
+        mix_policies_in_one_env,
+        snapshot_prob,
+        snapshot_ids,
+        scripted,
     )
 
 

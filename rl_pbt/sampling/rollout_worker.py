@@ -12,6 +12,7 @@ from __future__ import annotations
 import time
 from typing import Any, Callable, Optional
 
+import gymnasium as gym
 import numpy as np
 import torch
 
@@ -26,6 +27,7 @@ from rl_pbt.envs.contract import (
     observation_misfit,
     where,
 )
+from rl_pbt.envs.scripted import make_scripted
 from rl_pbt.envs.wrappers import BatchCopy, as_multiagent, reward_shaping_target
 from rl_pbt.memory.buffers import QUEUED, WORKER, TrajectoryBuffers
 from rl_pbt.memory.param_store import ParamStore
@@ -44,6 +46,7 @@ from rl_pbt.runtime.messages import (
     WorkerReport,
 )
 from rl_pbt.sampling.fused_inference import FusedPopulationPolicy
+from rl_pbt.sampling.matchmaking import SCRIPTED_PREFIX, is_scripted_seat, is_snapshot
 from rl_pbt.sampling.server_acting import ServerActing, StopRequested
 
 
@@ -93,8 +96,10 @@ class RolloutWorker(ServerActing):
         self.target_key = (
             "true_objective"
             if cfg.pbt_target_objective in ("elo", "vs_snapshots")
+            or cfg.pbt_target_objective.startswith("vs_scripted:")
             else cfg.pbt_target_objective
         )
+        self.scripted_actors: dict[int, Any] = {}  # actor -> its scripted player, made once
 
         self._beat(hb.STARTING)
         per_worker = cfg.num_envs_per_worker
@@ -257,12 +262,14 @@ class RolloutWorker(ServerActing):
         seats = self.matchmaker.assign(self.num_agents, self.rng)
         for a, seat in enumerate(seats):
             i = e * self.num_agents + a
-            if isinstance(seat, str) and seat not in self.snapshot_store:
+            if is_snapshot(seat) and seat not in self.snapshot_store:
                 seat = int(self.rng.integers(self.num_policies))  # snapshot gone: a live policy
             self.seat[i] = seat
             self.seat_row[i] = seat if self._is_policy(seat) else -1
-            if isinstance(seat, str):
+            if is_snapshot(seat):
                 self._snapshot_model(seat)  # load now, while the snapshot is surely known
+            elif is_scripted_seat(seat):
+                self._scripted_actor(i, seat).reset()
         self._install_shaping(e)
         if self.snapshot_models:
             self._drop_unused_snapshots()
@@ -476,9 +483,33 @@ class RolloutWorker(ServerActing):
             self._write_step(idx, policy_rows, actions, logp, values, h_before, versions)
         return actions
 
+    def _scripted_actor(self, i: int, seat: str):
+        actor = self.scripted_actors.get(i)
+        if actor is None:
+            spec = seat[len(SCRIPTED_PREFIX) :]
+            seed = int(self.rng.integers(2**31))
+            actor = make_scripted(self.cfg.env, spec, self.envs[i // self.num_agents], seed)
+            if not hasattr(actor, "reset"):
+                actor.reset = lambda: None
+            self.scripted_actors[i] = actor
+        return actor
+
+    def _act_scripted(self, seat: str, actors: list[int], actions) -> None:
+        """The scripted player's moves, one actor at a time, from the env's own observation."""
+        for i in actors:
+            if isinstance(self.obs_space, gym.spaces.Dict):
+                obs = {k: self.cur_obs[k][i] for k in self.obs_keys}
+            else:
+                obs = self.cur_obs["obs"][i]
+            action = self._scripted_actor(i, seat).act(obs)
+            actions[i] = np.asarray(action, dtype=self.action_dtype).reshape(-1)
+
     def _act_locally(self, groups: dict, actions, logp, values, h_before) -> None:
         """One forward pass of this worker's own copy of each seat's weights."""
         for seat, actors in groups.items():
+            if is_scripted_seat(seat):
+                self._act_scripted(seat, actors, actions)
+                continue
             self._beat(hb.INFERENCE, seat if self._is_policy(seat) else -1)
             model = self._model_for(seat)
             idx = np.asarray(actors)
