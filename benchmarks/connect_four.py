@@ -1,0 +1,170 @@
+"""Strength of a self-play population on connect four against fixed opponents it never trained
+with: random play and alpha-beta search of depth 1, 2 and 4.
+
+    python benchmarks/connect_four.py                        # 4 members, 30 minutes at most
+    python benchmarks/connect_four.py --stages 2000000 5000000 10000000 --minutes 120
+    python benchmarks/connect_four.py --compare --seeds 1 2 3 --stages 2000000
+
+Default mode: one population (`--members`, the trainer's defaults otherwise) trains in stages;
+after each stage (env steps per member, or the time limit, whichever comes first) every member
+plays `--games` games against each opponent, half of them moving first, and a table prints the
+score of each member (1 win, 0.5 draw, 0 loss) with its 95% interval, the best member and the
+mean. The goal line checks the best member at the last stage: >= 0.95 against random and
+>= 0.70 against alpha-beta depth 2.
+
+`--compare`: for each seed, three populations with the same frames (the last stage): PBT
+ranking on games against alpha-beta depth 2 (`--pbt_target_objective=vs_scripted:...`), PBT
+ranking on the win rate inside the population, and no PBT; prints each population's best
+score against depth 2, then the mean and spread over the seeds.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from types import SimpleNamespace
+
+import numpy as np
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+from launch import match  # noqa: E402
+from rl_pbt.envs.registry import make_env  # noqa: E402
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+OPPONENTS = ["random", "alphabeta:depth=1", "alphabeta:depth=2", "alphabeta:depth=4"]
+REFERENCE = "alphabeta:depth=2"
+
+
+def train(train_dir: str, experiment: str, steps: int, seconds: float, flags: list[str]) -> dict:
+    """Train (or resume) `experiment` up to `steps` env steps per member or `seconds`; returns
+    summary.json (raises when the run failed)."""
+    cmd = [sys.executable, "-m", "launch.train", "--env=connect_four",
+           f"--train_for_env_steps={steps}", f"--train_for_seconds={max(1, int(seconds))}",
+           f"--train_dir={train_dir}", f"--experiment={experiment}", *flags]  # fmt: skip
+    log = os.path.join(train_dir, f"{experiment}.log")
+    with open(log, "a") as f:
+        done = subprocess.run(cmd, cwd=ROOT, stdout=f, stderr=subprocess.STDOUT)
+    if done.returncode != 0:
+        raise RuntimeError(f"training {experiment} failed (exit {done.returncode}), see {log}")
+    with open(os.path.join(train_dir, experiment, "summary.json")) as f:
+        return json.load(f)
+
+
+def scores(train_dir, experiment, member, opponent, games, seed, deterministic) -> list[float]:
+    """`games` games of member pN against `opponent`, half moving first: scores of pN."""
+    args = SimpleNamespace(env="connect_four", experiment=experiment, train_dir=train_dir,
+                           deterministic=deterministic)  # fmt: skip
+    env = make_env("connect_four", match.seeded(seed), {"env_id": 0})
+    me = match.make_player(f"p{member}", env, args, seed)
+    other = match.make_player(opponent, env, args, seed + 1)
+    first = match.play(env, [me(), me()], [other(), other()], games // 2, 10**7)
+    second = match.play(env, [other(), other()], [me(), me()], games - games // 2, 10**7)
+    env.close()
+    return first + [1.0 - s for s in second]
+
+
+def cell(s: list[float]) -> str:
+    lo, hi = match.score_interval(s)
+    return f"{np.mean(s):.2f} [{lo:.2f}, {hi:.2f}]"
+
+
+def evaluate(args, experiment: str, opponents: list[str]) -> dict[str, list[float]]:
+    """member -> mean score per opponent; prints one row per member."""
+    out = {}
+    for p in range(args.members):
+        row = [scores(args.train_dir, experiment, p, o, args.games, args.seed + 10 * p,
+                      args.deterministic) for o in opponents]  # fmt: skip
+        out[p] = [float(np.mean(s)) for s in row]
+        print(f"| p{p} | " + " | ".join(cell(s) for s in row) + " |", flush=True)
+    return out
+
+
+def population(args) -> None:
+    start = time.time()
+    deadline = start + args.minutes * 60
+    flags = [f"--num_policies={args.members}", f"--seed={args.seed}", *args.extra]
+    print(f"connect four, {args.members} members, {args.games} games per opponent, time limit "
+          f"{args.minutes:g} min, flags: {' '.join(flags)}", flush=True)  # fmt: skip
+    last: dict = {}
+    for stage in args.stages:
+        left = deadline - time.time()
+        if left < 30:
+            break
+        summary = train(args.train_dir, "c4", stage, left, flags)
+        steps = min(int(s["env_steps"]) for s in summary["policies"].values())
+        elapsed = (time.time() - start) / 60
+        print(f"\n{steps:,} env steps per member (slowest), {summary['frames']:,} frames in "
+              f"all, {elapsed:.1f} min", flush=True)  # fmt: skip
+        print("| member | " + " | ".join(OPPONENTS) + " |")
+        print("|---|" + "---|" * len(OPPONENTS))
+        last = evaluate(args, "c4", OPPONENTS)
+        table = np.array(list(last.values()))
+        best = int(np.argmax(table[:, OPPONENTS.index(REFERENCE)]))
+        print(f"best against {REFERENCE}: p{best}; population mean: "
+              + ", ".join(f"{o} {m:.2f}" for o, m in zip(OPPONENTS, table.mean(0))))  # fmt: skip
+        if steps < stage:
+            print(f"(the time limit came before {stage:,} env steps per member)")
+            break
+    if last:
+        table = np.array(list(last.values()))
+        vs_random, vs_ref = table[:, 0].max(), table[:, OPPONENTS.index(REFERENCE)].max()
+        print(f"\ngoal (best member): >= 0.95 against random: {vs_random:.2f} "
+              f"({'met' if vs_random >= 0.95 else 'missed'}); >= 0.70 against {REFERENCE}: "
+              f"{vs_ref:.2f} ({'met' if vs_ref >= 0.70 else 'missed'})")
+
+
+VARIANTS = {
+    "pbt_vs_scripted": ["--with_pbt", f"--pbt_target_objective=vs_scripted:{REFERENCE}",
+                        "--selfplay_scripted_prob=0.1"],
+    "pbt_win_rate": ["--with_pbt"],
+    "no_pbt": [],
+}  # fmt: skip
+
+
+def compare(args) -> None:
+    steps = args.stages[-1]
+    results: dict[str, list[float]] = {v: [] for v in VARIANTS}
+    for seed in args.seeds:
+        for name, flags in VARIANTS.items():
+            exp = f"{name}_s{seed}"
+            all_flags = [f"--num_policies={args.members}", f"--seed={seed}", *flags, *args.extra]
+            train(args.train_dir, exp, steps, 10**7, all_flags)
+            print(f"\nseed {seed}, {name} ({steps:,} env steps per member):", flush=True)
+            print(f"| member | {REFERENCE} |\n|---|---|")
+            scored = evaluate(args, exp, [REFERENCE])
+            results[name].append(max(s[0] for s in scored.values()))
+    print(f"\nbest member's score against {REFERENCE}, over seeds {args.seeds}:")
+    for name, best in results.items():
+        print(f"  {name}: mean {np.mean(best):.3f}, min {min(best):.3f}, max {max(best):.3f} "
+              f"({', '.join(f'{b:.2f}' for b in best)})")  # fmt: skip
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--members", type=int, default=4)
+    ap.add_argument("--stages", type=int, nargs="+", default=[2_000_000, 5_000_000, 10_000_000],
+                    help="env steps per member after which the members are evaluated")
+    ap.add_argument("--minutes", type=float, default=30.0, help="time limit of the training")
+    ap.add_argument("--games", type=int, default=100, help="games per member and opponent")
+    ap.add_argument("--seed", type=int, default=1)
+    ap.add_argument("--deterministic", action="store_true", help="members play their argmax")
+    ap.add_argument("--compare", action="store_true", help="PBT variants against no PBT")
+    ap.add_argument("--seeds", type=int, nargs="+", default=[1, 2, 3])
+    ap.add_argument("--train_dir", default=None)
+    ap.add_argument("--extra", nargs=argparse.REMAINDER, default=[],
+                    help="more training flags (last on the command line)")  # fmt: skip
+    args = ap.parse_args(argv)
+    args.train_dir = args.train_dir or tempfile.mkdtemp(prefix="c4_")
+    os.makedirs(args.train_dir, exist_ok=True)
+    compare(args) if args.compare else population(args)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
