@@ -1,0 +1,29 @@
+"""benchmarks/connect_four.py end to end with a tiny budget: a stage trains, every member gets a
+row of scores in [0, 1] against each opponent, and the goal line is printed."""
+
+import os
+import re
+import subprocess
+import sys
+
+import pytest
+
+pytest.importorskip("pettingzoo")
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+SCRIPT = os.path.join(ROOT, "benchmarks", "connect_four.py")
+
+
+def test_one_stage_prints_a_row_per_member_and_the_goal(tmp_path):
+    cmd = [sys.executable, SCRIPT, "--members=2", "--stages", "3000", "--games=4",
+           "--minutes=3", f"--train_dir={tmp_path}", "--extra", "--num_workers=1",
+           "--num_envs_per_worker=4", "--encoder_mlp_layers", "16"]  # fmt: skip
+    proc = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=300)
+    out = proc.stdout + proc.stderr
+    assert proc.returncode == 0, out
+    rows = [ln for ln in proc.stdout.splitlines() if re.match(r"\| p[01] \|", ln)]
+    assert len(rows) == 2, out
+    for row in rows:
+        scores = [float(c.split()[0]) for c in row.strip("|").split("|")[1:]]
+        assert len(scores) == 4 and all(0.0 <= s <= 1.0 for s in scores), row
+    assert "goal (best member): >= 0.95 against random:" in proc.stdout
