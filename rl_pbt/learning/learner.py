@@ -142,9 +142,14 @@ class Learner:
         device: str,
         exp_dir: str,
         seed: Optional[int] = None,
+        turn_taking: bool = True,
     ):
         self.cfg = cfg
         self.policy_id = policy_id
+        # returns over each agent's own decisions (multi-agent envs: turns, dead agents); a
+        # single-agent env has invalid steps only as padding after an episode end, where the
+        # plain estimators give the same result with fewer device ops
+        self.turn_taking = turn_taking
         self.device = torch.device(device)
         self.cuda = self.device.type == "cuda"
         if self.cuda:
@@ -329,22 +334,25 @@ class Learner:
                     )
                 cur_values = model.denormalize_value(cur_v.float())
                 log_rhos = torch.where(mask, cur_logp.float() - old_logp, 0.0)
-                # over each agent's own decisions (turn-taking, dead or padded steps)
-                dec_rewards, dec_dones = credit_to_decisions(rewards.T, dones.T, valid.T)
+                step_rewards, step_dones, turns = rewards.T, dones.T, None
+                if self.turn_taking:  # over each agent's own decisions
+                    turns = valid.T
+                    step_rewards, step_dones = credit_to_decisions(step_rewards, step_dones, turns)
                 vs, adv = vtrace(
                     log_rhos.T,
-                    hp["gamma"] * (1.0 - dec_dones),
-                    dec_rewards,
+                    hp["gamma"] * (1.0 - step_dones),
+                    step_rewards,
                     cur_values.T,
                     values_raw[:, t],
                     cfg.vtrace_rho,
                     cfg.vtrace_c,
-                    valid=valid.T,
+                    valid=turns,
                 )
                 returns, adv = vs.T, adv.T
             else:
+                turns = valid.T if self.turn_taking else None
                 adv, returns = gae(
-                    rewards.T, values_raw.T, dones.T, hp["gamma"], cfg.gae_lambda, valid=valid.T
+                    rewards.T, values_raw.T, dones.T, hp["gamma"], cfg.gae_lambda, valid=turns
                 )
                 adv, returns = adv.T, returns.T
             if cfg.normalize_returns:

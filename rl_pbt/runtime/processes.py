@@ -256,6 +256,7 @@ def build_learner(spec: RunSpec, policy_id: int):
         spec.device_of[policy_id],
         spec.exp_dir,
         seed=derive_seed(spec.run_seed, "minibatches", policy_id),
+        turn_taking=spec.num_agents > 1,
     )
     plan = spec.inference
     if plan is not None and plan.weight_queues is not None:  # set for child processes

@@ -133,3 +133,22 @@ def test_the_waiting_agents_final_reward_goes_to_its_last_move():
     plain, _ = gae(rewards, values, dones, 1.0, 0.5)
     assert half[2, 0].item() == pytest.approx(-1.2)  # -1 - V(step 2)
     assert plain[2, 0].item() == pytest.approx(-25.7)  # (V3 - V2) + 0.5 (r3 - V3)
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_padding_after_an_episode_end_changes_nothing(seed):
+    """A single-agent rollout is invalid only where it was padded after its episode ended
+    (done, reward 0, value 0): there the plain estimators already agree with the decision
+    ones, which is why learners of single-agent envs use the plain ones."""
+    rng = np.random.default_rng(seed)
+    t_len, batch = 16, 32
+    rewards, values = rng.normal(size=(t_len, batch)), rng.normal(size=(t_len + 1, batch))
+    dones = (rng.random((t_len, batch)) < 0.1).astype(np.float64)
+    valid = np.ones((t_len, batch), dtype=bool)
+    for b in range(batch // 2):  # these end early and are padded
+        end = int(rng.integers(1, t_len))
+        dones[end - 1, b] = 1.0
+        dones[end:, b], rewards[end:, b], values[end:, b], valid[end:, b] = 1.0, 0.0, 0.0, False
+    a1, _ = gae(t(rewards), t(values), t(dones), 0.99, 0.95, valid=t(valid))
+    a0, _ = gae(t(rewards), t(values), t(dones), 0.99, 0.95)
+    assert torch.allclose(a1[t(valid)], a0[t(valid)], atol=1e-12)
