@@ -13,6 +13,7 @@ import sys
 
 import envs  # noqa: F401  (registers the built-in envs)
 from rl_pbt import ConfigError, parse_cfg, train
+from rl_pbt.runtime import runner
 
 
 def config_error(e: ConfigError) -> int:
@@ -31,10 +32,27 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     except ConfigError as e:  # bad flags, or flags that do not fit the env
         return config_error(e)
+    if argv is None:  # the command line: a jammed run may restart itself with it, resuming
+        runner.REEXEC_ARGV = [sys.executable, "-m", "launch.train", *resume_flags(sys.argv[1:])]
     try:
         return train(cfg)
     except ConfigError as e:  # found once the env is built, still before anything is written
         return config_error(e)
+
+
+def resume_flags(flags: list[str]) -> list[str]:
+    """`flags` with --restart_behavior=resume in place of any other restart behaviour."""
+    out, skip = [], False
+    for flag in flags:
+        if skip:
+            skip = False
+            continue
+        if flag == "--restart_behavior":
+            skip = True
+            continue
+        if not flag.startswith("--restart_behavior="):
+            out.append(flag)
+    return [*out, "--restart_behavior=resume"]
 
 
 if __name__ == "__main__":

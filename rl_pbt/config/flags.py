@@ -213,6 +213,15 @@ FLAGS: list[Flag] = [
         group="run",
     ),
     Flag(
+        "restart_on_jam",
+        bool,
+        True,
+        "rl-pbt-train only: when a process killed inside a shared-queue operation leaves the "
+        "run jammed, restart the whole run from its last checkpoints (at most 3 times an hour) "
+        "instead of stopping",
+        group="run",
+    ),
+    Flag(
         "restart_behavior",
         str,
         "resume",

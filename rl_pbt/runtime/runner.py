@@ -12,6 +12,7 @@ import os
 import queue
 import shutil
 import signal
+import sys
 import threading
 import time
 import traceback
@@ -112,6 +113,39 @@ class ComponentFailure(RuntimeError):
 WORKER_DEATHS_ALLOWED = 3
 RESTART_WINDOW_S = 600.0
 STOP_GRACE_S = 30.0  # a stuck runner waits this long for the children to save, then ends
+# rl-pbt-train sets this to its own command line (with --restart_behavior=resume): a jammed run
+# restarts itself with it from its last checkpoints (--restart_on_jam)
+REEXEC_ARGV: Optional[list[str]] = None
+JAM_RESTARTS_ENV = "RL_PBT_JAM_RESTARTS"  # times of the restarts so far, comma-separated
+JAM_RESTARTS_PER_HOUR = 3
+JAM_AFTER_DEATH_S = 300.0  # a silent component this soon after a worker death: a jam
+
+
+def jam_restart_argv(cfg: Cfg, now: Optional[float] = None) -> Optional[list[str]]:
+    """The command that restarts this run after a jam, or None when it must stop instead (not
+    started by rl-pbt-train, --restart_on_jam off, or 3 restarts within the hour already)."""
+    if REEXEC_ARGV is None or not cfg.restart_on_jam:
+        return None
+    now = time.time() if now is None else now
+    times = [float(t) for t in os.environ.get(JAM_RESTARTS_ENV, "").split(",") if t]
+    recent = [t for t in times if now - t < 3600]
+    if len(recent) >= JAM_RESTARTS_PER_HOUR:
+        return None
+    os.environ[JAM_RESTARTS_ENV] = ",".join(str(t) for t in [*recent, now])
+    return list(REEXEC_ARGV)
+
+
+def restart_whole_run(argv: list[str]) -> None:
+    """Replace this process by a new run of `argv` (same pid, same terminal; the run lock's
+    descriptor closes on exec, so the new run takes the lock again)."""
+    restarts = len(os.environ.get(JAM_RESTARTS_ENV, "").split(","))
+    log(
+        f"restarting the whole run from its last checkpoints ({restarts} of "
+        f"{JAM_RESTARTS_PER_HOUR} restarts allowed per hour; --restart_on_jam)"
+    )
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os.execv(argv[0], argv)
 
 
 def log(msg: str) -> None:
@@ -298,6 +332,7 @@ class Runner:
         self._ctx = None  # the multiprocessing context children start from
         self.incarnation = [0] * cfg.num_workers  # restarts of each rollout worker
         self.worker_deaths: dict[int, list[float]] = {}  # monotonic times, within the window
+        self.jammed = False  # a component went silent soon after a worker death
         self.worker_restarts = 0
         self._loop_alive = time.monotonic()  # the watchdog's view of the main loop
         self.proc_hb: dict[str, int] = {}  # process name -> its (first) heartbeat row
@@ -431,6 +466,10 @@ class Runner:
             signal.signal(signal.SIGTERM, previous)
             self.stats.close()
             self.run_lock.release()
+        if status != 0 and self.jammed:
+            argv = jam_restart_argv(cfg)
+            if argv is not None:
+                restart_whole_run(argv)
         print(
             end_of_run_text(
                 self.exp_dir,
@@ -610,6 +649,9 @@ class Runner:
         stale = self.heartbeats.stale(self.cfg.heartbeat_timeout)
         if stale:
             idx, silent = stale[0]
+            deaths = [t for times in self.worker_deaths.values() for t in times]
+            if deaths and time.monotonic() - max(deaths) < JAM_AFTER_DEATH_S:
+                self.jammed = True  # most likely on a queue the dead worker left locked
             raise ComponentFailure(
                 f"{self.heartbeats.names[idx]} stopped answering "
                 f"{silent:.0f} s ago while {self.heartbeats.describe(idx)}"
@@ -635,6 +677,9 @@ class Runner:
             for proc in self.processes:
                 if proc.is_alive():
                     proc.kill()
+            argv = jam_restart_argv(self.cfg)
+            if argv is not None:
+                restart_whole_run(argv)
             os._exit(1)
 
     def _restart_worker(self, i: int, w: int, what: str) -> None:

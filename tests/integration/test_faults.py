@@ -216,3 +216,67 @@ def _zombie(pid):
             return f.read().split(") ")[1][0] == "Z"
     except FileNotFoundError:
         return True
+
+
+JAM_SCRIPT = """
+import os, sys, time
+from rl_pbt import parse_cfg
+from rl_pbt.runtime import runner as runner_module
+
+runner_module.STOP_GRACE_S = 2.0
+# as rl-pbt-train does: the command that restarts this run (here: this script again)
+runner_module.REEXEC_ARGV = [sys.executable, *sys.argv]
+first = runner_module.JAM_RESTARTS_ENV not in os.environ
+ticks = []
+original = runner_module.Runner._tick
+
+
+def tick(self, final=False):
+    ticks.append(1)
+    if first and len(ticks) > 20 and not final:
+        time.sleep(3600)  # the first run jams for good, as on a queue a killed process locked
+    return original(self, final)
+
+
+runner_module.Runner._tick = tick
+cfg = parse_cfg(["--env=CartPole-v1", "--num_workers=1", "--num_envs_per_worker=2",
+                 "--rollout=8", "--batch_size=16", "--encoder_mlp_layers", "8",
+                 "--heartbeat_timeout=3", "--train_for_env_steps=3000", "--save_every_sec=1",
+                 "--train_dir=" + sys.argv[1], "--experiment=jam"])
+sys.exit(runner_module.run(cfg))
+"""
+
+
+def test_a_jammed_run_restarts_itself_from_its_checkpoints(tmp_path):
+    script = tmp_path / "jam.py"
+    script.write_text(textwrap.dedent(JAM_SCRIPT))
+    env = dict(os.environ, PYTHONPATH=ROOT)
+    env.pop("RL_PBT_JAM_RESTARTS", None)
+    out = subprocess.run(
+        [sys.executable, str(script), str(tmp_path)],
+        cwd=tmp_path, env=env, capture_output=True, text=True, timeout=180,
+    )  # fmt: skip
+    log = out.stdout + out.stderr
+    assert out.returncode == 0, log[-3000:]
+    assert log.count("restarting the whole run from its last checkpoints") == 1, log[-3000:]
+    assert "(resuming)" in log.split("restarting the whole run")[1], log[-3000:]
+    with open(tmp_path / "jam" / "summary.json") as f:
+        assert all(s["env_steps"] >= 3000 for s in json.load(f)["policies"].values())
+
+
+def test_jam_restarts_are_bounded_and_need_the_command_line(monkeypatch):
+    from rl_pbt import parse_cfg
+    from rl_pbt.runtime import runner as runner_module
+
+    cfg = parse_cfg(["--env=CartPole-v1"])
+    monkeypatch.delenv(runner_module.JAM_RESTARTS_ENV, raising=False)
+    monkeypatch.setattr(runner_module, "REEXEC_ARGV", None)
+    assert runner_module.jam_restart_argv(cfg) is None  # not started by rl-pbt-train
+    monkeypatch.setattr(runner_module, "REEXEC_ARGV", ["python", "-m", "launch.train"])
+    now = 10_000.0
+    for k in range(3):
+        assert runner_module.jam_restart_argv(cfg, now + k) == ["python", "-m", "launch.train"]
+    assert runner_module.jam_restart_argv(cfg, now + 10) is None  # 3 within the hour
+    assert runner_module.jam_restart_argv(cfg, now + 3700) is not None  # an hour later
+    off = parse_cfg(["--env=CartPole-v1", "--restart_on_jam=False"])
+    assert runner_module.jam_restart_argv(off, now + 9000) is None
