@@ -216,9 +216,9 @@ FLAGS: list[Flag] = [
         "restart_on_jam",
         bool,
         True,
-        "rl-pbt-train only: when a process killed inside a shared-queue operation leaves the "
-        "run jammed, restart the whole run from its last checkpoints (at most 3 times an hour) "
-        "instead of stopping",
+        "rl-pbt-train only: when a learner or inference server dies by a signal, or a process "
+        "killed inside a shared-queue operation leaves the run jammed, restart the whole run "
+        "from its last checkpoints (at most 3 times an hour) instead of stopping",
         group="run",
     ),
     Flag(

@@ -332,7 +332,9 @@ class Runner:
         self._ctx = None  # the multiprocessing context children start from
         self.incarnation = [0] * cfg.num_workers  # restarts of each rollout worker
         self.worker_deaths: dict[int, list[float]] = {}  # monotonic times, within the window
-        self.jammed = False  # a component went silent soon after a worker death
+        # a component went silent soon after a worker death, or a learner or server died by a
+        # signal: rl-pbt-train then restarts the whole run from its checkpoints
+        self.jammed = False
         self.worker_restarts = 0
         self._loop_alive = time.monotonic()  # the watchdog's view of the main loop
         self.proc_hb: dict[str, int] = {}  # process name -> its (first) heartbeat row
@@ -645,6 +647,9 @@ class Runner:
                 if proc.name.startswith("rollout_worker_"):
                     self._restart_worker(i, idx, what)
                     continue
+                # a learner or inference server killed by a signal: the others save, and the
+                # whole run restarts from the checkpoints where --restart_on_jam allows it
+                self.jammed = True
                 raise ComponentFailure(what)
         stale = self.heartbeats.stale(self.cfg.heartbeat_timeout)
         if stale:

@@ -133,7 +133,9 @@ def pids(exp_dir):
 
 def test_killed_learner_stops_the_run_cleanly_and_the_rerun_resumes(tmp_path):
     exp_dir = os.path.join(tmp_path, "l")
-    cmd = train_cmd(tmp_path, "l", "--train_for_seconds=200", "--heartbeat_timeout=10")
+    cmd = train_cmd(
+        tmp_path, "l", "--train_for_seconds=200", "--heartbeat_timeout=10", "--restart_on_jam=False"
+    )
     proc = subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
     try:
 
@@ -280,3 +282,27 @@ def test_jam_restarts_are_bounded_and_need_the_command_line(monkeypatch):
     assert runner_module.jam_restart_argv(cfg, now + 3700) is not None  # an hour later
     off = parse_cfg(["--env=CartPole-v1", "--restart_on_jam=False"])
     assert runner_module.jam_restart_argv(off, now + 9000) is None
+
+
+def test_killed_learner_restarts_the_whole_run_from_its_checkpoints(tmp_path):
+    exp_dir = os.path.join(tmp_path, "r")
+    cmd = train_cmd(tmp_path, "r", "--train_for_env_steps=150000", "--heartbeat_timeout=10")
+    proc = subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+    try:
+
+        def training():
+            ckpts = [glob.glob(os.path.join(exp_dir, f"checkpoint_p{p}", "*.pth")) for p in (0, 1)]
+            return all(ckpts) and "learner_1" in pids(exp_dir)
+
+        wait_for(training, 120, "training")
+        os.kill(pids(exp_dir)["learner_1"], signal.SIGKILL)
+        out, _ = proc.communicate(timeout=240)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    log = out.decode(errors="replace")
+    assert proc.returncode == 0, log[-3000:]
+    assert "restarting the whole run from its last checkpoints" in log, log[-3000:]
+    assert "resumed at version" in log.split("restarting the whole run")[1], log[-3000:]
+    for p in (0, 1):
+        assert newest_state(exp_dir, p)["env_steps"] >= 150_000
