@@ -105,7 +105,12 @@ class AlphaBetaPlayer:
 
     def act(self, obs) -> int:
         board = board_from_obs(obs)
-        legal = np.flatnonzero(np.asarray(obs["action_mask"]) > 0)
+        # the mask, less any full column (a waiting agent's mask allows every column)
+        legal = np.array(
+            [c for c in np.flatnonzero(np.asarray(obs["action_mask"]) > 0) if board[c] == 0]
+        )
+        if legal.size == 0:  # a full board: nothing to play (the game is over)
+            return 0
         values = []
         for col in legal.tolist():
             r = drop_row(board, col)

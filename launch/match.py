@@ -58,7 +58,7 @@ from rl_pbt.sampling.elo import DEFAULT_RATING
 def make_player(spec: str, env, args, seed: int) -> Callable[[], Any]:
     """Returns a factory of per-seat actors for the player named by `spec`."""
     env_name = getattr(args, "env", None)
-    if looks_scripted(spec, env_name):
+    if looks_scripted(spec):  # a name of another env fails in make_scripted, in one line
         make_scripted(env_name, spec, env, seed)  # a bad name or parameter fails here, once
         return lambda: _Scripted(make_scripted(env_name, spec, env, seed))
     model = _load_model(spec, env, args)
@@ -155,7 +155,7 @@ class SeatActors:
 def make_batch_player(spec: str, env, args, seed: int) -> Callable[[int], Any]:
     """Returns a factory of batch actors (`factory(seats)`) for the player named by `spec`:
     trained policies act for all their seats with one model call, other players seat by seat."""
-    if looks_scripted(spec, getattr(args, "env", None)):
+    if looks_scripted(spec):
         factory = make_player(spec, env, args, seed)
         return lambda seats: SeatActors(factory, seats)
     model = _load_model(spec, env, args)

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import multiprocessing
 import os
+import pickle
 import queue
 import shutil
 import signal
@@ -212,6 +213,7 @@ class Runner:
         self.num_agents = int(probe.num_agents)
         target = reward_shaping_target(probe)
         self.default_shaping = target.get_default_reward_shaping() if target else None
+        self.scripted_players: dict = {}  # the one vs_scripted plays, for the children
         self.scripted_seat = self._scripted_opponent(probe)
         probe.close()
         self.policy_values = None  # per-policy starting values (--policy_values)
@@ -371,7 +373,7 @@ class Runner:
             initial_shaping={p: self._policy_shaping(p) for p in range(self.num_policies)},
             use_snapshots=self.use_snapshots,
             inference=self.inference,
-            scripted=scripted_snapshot(self.cfg.env),
+            scripted=self.scripted_players,
             scripted_seat=self.scripted_seat,
         )
 
@@ -491,15 +493,27 @@ class Runner:
         if not target.startswith("vs_scripted:"):
             return None
         name = target.partition(":")[2]
-        if self.num_agents < 2:
+        if self.num_agents != 2:
             raise ConfigError(
                 f"--pbt_target_objective={target}: games against a scripted player need a "
-                f"multi-agent env, and --env={self.cfg.env} has one agent"
+                f"2-agent env (one member against the player), and --env={self.cfg.env} has "
+                f"{self.num_agents} agent(s)"
             )
         try:
             make_scripted(self.cfg.env, name, probe)
         except ValueError as e:
             raise ConfigError(f"--pbt_target_objective={target}: {e}") from None
+        player = name.partition(":")[0]
+        self.scripted_players = {player: scripted_snapshot(self.cfg.env).get(player)}
+        if player == "random":
+            self.scripted_players = {}
+        try:  # children started by spawn or forkserver rebuild it from a pickle
+            pickle.dumps(self.scripted_players)
+        except Exception as e:
+            raise ConfigError(
+                f"--pbt_target_objective={target}: the scripted player's factory cannot be "
+                f"pickled ({e}); register a module-level function"
+            ) from None
         return scripted_seat(name)
 
     def _worker_factory(self, worker_idx: int, should_stop, blocking: bool = True):

@@ -317,7 +317,6 @@ class FusedPopulationPolicy:
             self._selected_rows[plan.active_key] = plan.active
         return sel
 
-    @torch.inference_mode()
     def _illegal(self, mask: Tensor, n: int) -> Tensor:
         """The action mask [N, sum(nvec)] as a [N, heads, pad] boolean of illegal entries (the
         padding columns are already at _PAD_LOGIT and stay so)."""
@@ -330,6 +329,7 @@ class FusedPopulationPolicy:
             out[:, i, : nvec[i]] = ~part
         return out
 
+    @torch.inference_mode()
     def act(
         self, obs: dict[str, Tensor], rows: np.ndarray, deterministic: bool = False
     ) -> tuple[Tensor, Tensor, Tensor]:

@@ -105,8 +105,8 @@ class Matchmaker(ABC):
     first goes to a uniformly drawn snapshot with probability `snapshot_prob` (when the pool
     has any). Policies come back as ints, snapshots as their string ids.
 
-    With a scripted player (`scripted`: its seat id and a probability), an episode plays the
-    first seat's policy against it, in every other seat, with that probability.
+    With a scripted player (`scripted`: its seat id and a probability), an episode plays one
+    policy, in a random seat, against it in every other seat, with that probability.
     """
 
     def __init__(
@@ -144,7 +144,10 @@ class Matchmaker(ABC):
         if num_agents == 1:
             return seats
         if self.scripted_prob > 0.0 and rng.random() < self.scripted_prob:
-            return seats + [self.scripted_seat] * (num_agents - 1)
+            # the member takes a random seat (first or second mover alike), the rest the player
+            seats = [self.scripted_seat] * num_agents
+            seats[int(rng.integers(num_agents))] = first
+            return seats
         snapshots = list(self.snapshot_ids()) if self.snapshot_prob > 0.0 else []
         probs = self.opponent_probs(first) if self.mix_policies_in_one_env else None
         for _ in range(num_agents - 1):

@@ -42,6 +42,14 @@ def test_takes_a_win_and_blocks_a_loss():
         assert AlphaBetaPlayer(2, seed=seed).act(obs_of(board)) == 3
 
 
+def test_a_waiting_agents_all_legal_mask_never_picks_a_full_column():
+    board = np.zeros((6, 7), np.int8)
+    board[:, 3] = [1, -1, 1, -1, 1, -1]
+    obs = obs_of(board)
+    obs["action_mask"][:] = 1  # as a waiting agent sees it
+    assert AlphaBetaPlayer(2, seed=0).act(obs) != 3
+
+
 def test_only_legal_moves():
     board = np.zeros((6, 7), np.int8)
     board[:, 3] = [1, -1, 1, -1, 1, -1]  # the centre column, its favourite, is full
@@ -92,3 +100,7 @@ def test_match_prints_scores_with_intervals(capsys):
     assert match.main(["--env=connect_four", "--players", "random", "minimax"]) == 2
     err = capsys.readouterr().err
     assert "player 'minimax'" in err and "(random, alphabeta for connect_four)" in err
+    # another env's scripted player: one line, no traceback
+    assert match.main(["--env=connect_four", "--players", "random", "chaser"]) == 2
+    err = capsys.readouterr().err
+    assert "no scripted player 'chaser' for env 'connect_four'" in err, err

@@ -190,3 +190,31 @@ def test_a_mask_alone_is_no_observation():
     space = gym.spaces.Dict({"action_mask": gym.spaces.Box(0, 1, (3,), np.int8)})
     with pytest.raises(ValueError, match="observation"):
         make_actor_critic(space, gym.spaces.Discrete(3), cfg())
+
+
+def test_fused_pass_masks_every_head_of_a_multi_discrete_action():
+    space = masked_space(n_act=7)
+    action_space = gym.spaces.MultiDiscrete([3, 4])
+    models = [make_actor_critic(space, action_space, cfg()) for _ in range(2)]
+    for m in models:  # each head prefers its first action, which the masks forbid
+        with torch.no_grad():
+            m.policy_head.bias.copy_(torch.tensor([30.0, 0, 0, 30.0, 0, 0, 0]))
+    fused = FusedPopulationPolicy(models[0], 2)
+    for row, m in enumerate(models):
+        fused.load(row, m)
+    rng = np.random.default_rng(4)
+    mask = random_masks(rng, 200, (3, 4))
+    mask[:, 0] = mask[:, 3] = 0.0
+    mask[np.arange(200), 1 + rng.integers(0, 2, 200)] = 1.0
+    mask[np.arange(200), 4 + rng.integers(0, 3, 200)] = 1.0
+    obs = {"observation": torch.zeros(200, 6), "action_mask": torch.from_numpy(mask)}
+    rows = rng.integers(0, 2, 200)
+    for deterministic in (False, True):
+        a, lp, _ = fused.act(obs, rows, deterministic=deterministic)
+        assert (obs["action_mask"][torch.arange(200), a[:, 0]] == 1).all()
+        assert (obs["action_mask"][torch.arange(200), 3 + a[:, 1]] == 1).all()
+    for row, m in enumerate(models):  # the fused log-probs equal each model's masked ones
+        idx = np.flatnonzero(rows == row)
+        d = m.dist(m.policy_head(m.encode({"observation": obs["observation"][idx]})),
+                   obs["action_mask"][idx])  # fmt: skip
+        assert torch.allclose(d.log_prob(a[idx]), lp[idx], atol=1e-4)
