@@ -5,9 +5,13 @@ dead, padding), both estimators run over each column's own decisions. The reward
 invalid step is credited to the agent's previous decision of the same episode (an alternating
 game hands the final reward to the waiting agent on such a step), an episode end on an
 invalid step ends that decision's return, and a decision bootstraps from the value of the
-agent's next decision: an invalid step's value is never used, since the critic is not trained
-on those steps. Rewards of invalid steps before the first decision of a rollout have no
-decision to go to and are dropped. With every step valid this is the usual estimator.
+agent's next decision, not from the invalid steps' values (the critic is not trained there).
+
+Two limits at the edges of a rollout: the last decision of a rollout bootstraps from the value
+after the rollout's last step, which is a waiting state when the rollout ends on one; and the
+rewards of invalid steps before the first decision of a rollout have no decision to go to and
+are dropped (the previous rollout was already sent). With every step valid this is the usual
+estimator.
 """
 
 from __future__ import annotations
