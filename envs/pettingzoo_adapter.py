@@ -155,13 +155,8 @@ class PettingZooFactory:
         self.creator_fn = creator_fn
         self.env_kwargs = dict(env_kwargs or {})
 
-    def __call__(
-        self,
-        full_env_name: str,
-        cfg: Any,
-        env_config: Optional[dict],
-        render_mode: Optional[str] = None,
-    ) -> PettingZooParallelAdapter:
+    def _env_and_seed(self, cfg: Any, env_config: Optional[dict], render_mode: Optional[str]):
+        """The PettingZoo env, and its first reset's seed (from --seed and the env id)."""
         kwargs = dict(self.env_kwargs)
         if render_mode is not None:
             kwargs["render_mode"] = render_mode
@@ -170,7 +165,17 @@ class PettingZooFactory:
         if base is not None:
             env_id = int((env_config or {}).get("env_id", 0))
             seed = int(np.random.SeedSequence(base, spawn_key=(env_id,)).generate_state(1)[0])
-        return PettingZooParallelAdapter(self.creator_fn(**kwargs), seed=seed)
+        return self.creator_fn(**kwargs), seed
+
+    def __call__(
+        self,
+        full_env_name: str,
+        cfg: Any,
+        env_config: Optional[dict],
+        render_mode: Optional[str] = None,
+    ) -> PettingZooParallelAdapter:
+        env, seed = self._env_and_seed(cfg, env_config, render_mode)
+        return PettingZooParallelAdapter(env, seed=seed)
 
 
 def register_pettingzoo_env(
@@ -315,15 +320,8 @@ class PettingZooAECFactory(PettingZooFactory):
         self.objective = objective
 
     def __call__(self, full_env_name, cfg, env_config, render_mode=None):
-        kwargs = dict(self.env_kwargs)
-        if render_mode is not None:
-            kwargs["render_mode"] = render_mode
-        base = getattr(cfg, "seed", None) if cfg is not None else None
-        seed = None
-        if base is not None:
-            env_id = int((env_config or {}).get("env_id", 0))
-            seed = int(np.random.SeedSequence(base, spawn_key=(env_id,)).generate_state(1)[0])
-        return PettingZooAECAdapter(self.creator_fn(**kwargs), seed=seed, objective=self.objective)
+        env, seed = self._env_and_seed(cfg, env_config, render_mode)
+        return PettingZooAECAdapter(env, seed=seed, objective=self.objective)
 
 
 def register_pettingzoo_aec_env(

@@ -131,11 +131,8 @@ def pids(exp_dir):
         return {}
 
 
-def test_killed_learner_stops_the_run_cleanly_and_the_rerun_resumes(tmp_path):
-    exp_dir = os.path.join(tmp_path, "l")
-    cmd = train_cmd(
-        tmp_path, "l", "--train_for_seconds=200", "--heartbeat_timeout=10", "--restart_on_jam=False"
-    )
+def run_and_kill_learner_1(exp_dir: str, cmd: list[str], timeout: float) -> tuple[int, str]:
+    """Start `cmd`, SIGKILL learner 1 once both policies have a checkpoint; (exit status, log)."""
     proc = subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
     try:
 
@@ -145,12 +142,20 @@ def test_killed_learner_stops_the_run_cleanly_and_the_rerun_resumes(tmp_path):
 
         wait_for(training, 120, "training")
         os.kill(pids(exp_dir)["learner_1"], signal.SIGKILL)
-        out, _ = proc.communicate(timeout=120)
+        out, _ = proc.communicate(timeout=timeout)
     finally:
         if proc.poll() is None:
             proc.kill()
-    log = out.decode(errors="replace")
-    assert proc.returncode == 1, log[-3000:]
+    return proc.returncode, out.decode(errors="replace")
+
+
+def test_killed_learner_stops_the_run_cleanly_and_the_rerun_resumes(tmp_path):
+    exp_dir = os.path.join(tmp_path, "l")
+    cmd = train_cmd(
+        tmp_path, "l", "--train_for_seconds=200", "--heartbeat_timeout=10", "--restart_on_jam=False"
+    )
+    status, log = run_and_kill_learner_1(exp_dir, cmd, 120)
+    assert status == 1, log[-3000:]
     # killed outside a queue operation, the learner is named at once; killed inside one (it
     # holds a shared queue's lock for microseconds), the queue stays locked and the runner's
     # watchdog ends the run instead: either way it stops, and the re-run resumes
@@ -287,21 +292,8 @@ def test_jam_restarts_are_bounded_and_need_the_command_line(monkeypatch):
 def test_killed_learner_restarts_the_whole_run_from_its_checkpoints(tmp_path):
     exp_dir = os.path.join(tmp_path, "r")
     cmd = train_cmd(tmp_path, "r", "--train_for_env_steps=150000", "--heartbeat_timeout=10")
-    proc = subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
-    try:
-
-        def training():
-            ckpts = [glob.glob(os.path.join(exp_dir, f"checkpoint_p{p}", "*.pth")) for p in (0, 1)]
-            return all(ckpts) and "learner_1" in pids(exp_dir)
-
-        wait_for(training, 120, "training")
-        os.kill(pids(exp_dir)["learner_1"], signal.SIGKILL)
-        out, _ = proc.communicate(timeout=240)
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-    log = out.decode(errors="replace")
-    assert proc.returncode == 0, log[-3000:]
+    status, log = run_and_kill_learner_1(exp_dir, cmd, 240)
+    assert status == 0, log[-3000:]
     assert "restarting the whole run from its last checkpoints" in log, log[-3000:]
     assert "resumed at version" in log.split("restarting the whole run")[1], log[-3000:]
     for p in (0, 1):
