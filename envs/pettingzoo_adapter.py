@@ -264,8 +264,10 @@ class PettingZooAECAdapter:
             inner = np.asarray(inner, np.float32).reshape(-1)
         if not self.masked:
             return inner
-        mask = raw["action_mask"] if moving else self._all_legal
-        return {"observation": inner, "action_mask": np.asarray(mask)}
+        if moving:  # kept for step()'s legality check: the board is not observed twice
+            self._mover_mask = np.asarray(raw["action_mask"])
+        mask = self._mover_mask if moving else self._all_legal
+        return {"observation": inner, "action_mask": mask}
 
     def _observations(self) -> list:
         mover = self.env.agent_selection
@@ -285,7 +287,7 @@ class PettingZooAECAdapter:
         mover = self.env.agent_selection
         action = actions[self.agent_names.index(mover)]
         if self.masked:
-            mask = self.env.observe(mover)["action_mask"]
+            mask = self._mover_mask  # from the observations handed out last
             if not mask[int(action)]:
                 legal = np.flatnonzero(mask).tolist()
                 raise ValueError(f"{mover!r} played the illegal action {action} (legal: {legal})")
