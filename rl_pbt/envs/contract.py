@@ -70,8 +70,7 @@ def observation_misfit(place: str, obs: Any, space: Any, error: Exception) -> En
     shape = getattr(obs, "shape", None)
     got = f"shape {tuple(shape)}" if shape is not None else f"a {type(obs).__name__}"
     return EnvContractError(
-        f"{place}: the observation ({got}) does not fit the observation space {space!r} "
-        f"({error})"
+        f"{place}: the observation ({got}) does not fit the observation space {space!r} ({error})"
     )
 
 

@@ -25,9 +25,7 @@ def _check_time_major(name: str, x: Tensor, t: int, b: int) -> None:
         raise ValueError(f"{name} must have shape [T, B] = [{t}, {b}], got {tuple(x.shape)}")
 
 
-def credit_to_decisions(
-    rewards: Tensor, dones: Tensor, valid: Tensor
-) -> tuple[Tensor, Tensor]:
+def credit_to_decisions(rewards: Tensor, dones: Tensor, valid: Tensor) -> tuple[Tensor, Tensor]:
     """Per decision (valid step): its reward plus those of the invalid steps after it in the
     same episode, and whether the episode ended on it or on one of those steps. [T, B] each;
     zero at invalid steps."""

@@ -228,14 +228,30 @@ def write_checkpoint(
     experiment folder) when given; the file just written is never deleted. On any write
     failure the temp file is removed, the existing checkpoints are untouched and
     CheckpointWriteError is raised."""
-    data = encode_checkpoint(state)
     path = os.path.join(folder, checkpoint_name(version, env_steps))
     deletable = _deletable(folder, root)
+    _write_atomically(path, encode_checkpoint(state), clean_temps=deletable)
+    if deletable:
+        rotate_checkpoints(folder, keep, protect=path)
+    elif folder not in _warned_kept:
+        _warned_kept.add(folder)
+        log.warning("%s is a link or lies outside the experiment: old checkpoints are kept", folder)
+    return path
+
+
+def write_state_file(path: str, state: dict) -> None:
+    """Write `state` (plain data) to `path` as a checkpoint file is written: atomically, with
+    a checksum, read back by `read_checkpoint`. CheckpointWriteError on failure."""
+    _write_atomically(path, encode_checkpoint(state), clean_temps=True)
+
+
+def _write_atomically(path: str, data: bytes, clean_temps: bool) -> None:
+    folder = os.path.dirname(os.path.abspath(path))
     tmp = None
     try:
         created = not os.path.isdir(folder)
         os.makedirs(folder, exist_ok=True)
-        if deletable:
+        if clean_temps:
             _remove_stale_temps(folder)  # left by a crash mid-write: free their space first
         fd, tmp = tempfile.mkstemp(dir=folder, prefix=_TEMP_PREFIX)
         os.fchmod(fd, shared_file_mode())  # as open() would: readable by a team's umask
@@ -249,15 +265,11 @@ def write_checkpoint(
     except OSError as e:
         if tmp is not None:
             _remove_quietly(tmp)
+        name = os.path.basename(path)
+        what = "a checkpoint" if _CHECKPOINT_NAME.fullmatch(name) else name
         raise CheckpointWriteError(
-            f"cannot write a checkpoint in {folder}: {e.strerror or e}", e.errno
+            f"cannot write {what} in {folder}: {e.strerror or e}", e.errno
         ) from e
-    if deletable:
-        rotate_checkpoints(folder, keep, protect=path)
-    elif folder not in _warned_kept:
-        _warned_kept.add(folder)
-        log.warning("%s is a link or lies outside the experiment: old checkpoints are kept", folder)
-    return path
 
 
 def rotate_checkpoints(folder: str, keep: int, protect: Optional[str] = None) -> list[str]:

@@ -707,6 +707,29 @@ class Learner:
         self.set_hparams({k: v for k, v in state["hparams"].items() if k in TUNED_HPARAMS})
         return True
 
+    def run_state(self) -> dict:
+        """What the checkpoint leaves out and an exact resume needs: the experience waiting
+        for an update (slot numbers; a staged batch's host copy), the minibatch stream and
+        the non-finite streak."""
+        staged = self.next_batch
+        return {
+            "pending": list(self.pending),
+            "staged": None if staged is None else dict(staged.host),
+            "generator": self.generator.get_state(),
+            "bad_in_a_row": self.bad_in_a_row,
+            "bad_updates": self.bad_updates,
+        }
+
+    def load_run_state(self, state: dict) -> None:
+        self.pending = [int(s) for s in state["pending"]]
+        host = state["staged"]
+        if host is not None:
+            device = host if not self.cuda else {k: v.to(self.device) for k, v in host.items()}
+            self.next_batch = StagedBatch(host, device)
+        self.generator.set_state(state["generator"])
+        self.bad_in_a_row = int(state["bad_in_a_row"])
+        self.bad_updates = int(state["bad_updates"])
+
     def _settle_optimizer(self) -> None:
         """After loading a checkpoint (perhaps written on another device): this learner's
         Adam kernel, and its state where that kernel expects it."""

@@ -96,7 +96,6 @@ def is_inside(path: str, root: str) -> bool:
     return path != root and os.path.commonpath([path, root]) == root
 
 
-
 def deletable_folder(folder: str, root: str) -> bool:
     """Old files in `folder` may be deleted: it is a real folder (not a link to somewhere
     else) inside the experiment folder `root`."""

@@ -187,9 +187,7 @@ def build_worker(
         cfg.selfplay_snapshot_prob if spec.use_snapshots else 0.0,
         ratings=ratings,
         pool=_LivePool(worker_snapshots),
-        scripted=(
-            (spec.scripted_seat, cfg.selfplay_scripted_prob) if spec.scripted_seat else None
-        ),
+        scripted=((spec.scripted_seat, cfg.selfplay_scripted_prob) if spec.scripted_seat else None),
     )
     share = policy_share(cfg, spec.num_agents, worker_idx)
     if share is not None:

@@ -51,6 +51,7 @@ from rl_pbt.memory.slots import SlotPool
 from rl_pbt.models.actor_critic import make_actor_critic
 from rl_pbt.pbt.search_space import flatten_shaping, unflatten_shaping
 from rl_pbt.runtime import heartbeat as hb
+from rl_pbt.runtime import serial_state
 from rl_pbt.runtime.devices import (
     derive_seed,
     describe,
@@ -549,18 +550,24 @@ class Runner:
         self.serve_in_process(learners)
         workers: list = []
         status = 0
+        turn_ended = False  # stopped at the end of a loop turn: the state is whole
+        stop = _TurnEndStop()
         try:
-            for i in range(cfg.num_workers):  # their envs start here: an env may fail already
-                workers.append(self._worker_factory(i, lambda: False, blocking=False))
-            while True:
-                for w, worker in enumerate(workers):
-                    for msg in drain(self.worker_queues[w]):
-                        worker.handle(msg)
-                    worker.step()
-                while host.poll(timeout=0.0):
-                    pass
-                if self._tick():
-                    break
+            with stop:
+                for i in range(cfg.num_workers):  # their envs start here: an env may fail already
+                    workers.append(self._worker_factory(i, lambda: False, blocking=False))
+                if self.resuming:
+                    self._restore_serial_state(learners, workers)
+                while True:
+                    for w, worker in enumerate(workers):
+                        for msg in drain(self.worker_queues[w]):
+                            worker.handle(msg)
+                        worker.step()
+                    while host.poll(timeout=0.0):
+                        pass
+                    if self._tick() or stop.requested:
+                        turn_ended = True
+                        break
         except KeyboardInterrupt:
             log("interrupted: saving checkpoints")
             status = 1
@@ -570,15 +577,60 @@ class Runner:
         except Exception:  # stop as a parallel run does: say why, save what is sound
             log(f"ERROR:\n{traceback.format_exc()}")
             status = 1
+        if stop.requested and status == 0:
+            status = 1  # stopped by a signal, as a parallel run reports it
+        exact = turn_ended and self._settle_turn(host, workers)
         try:
             host.handle(Stop(save=True))
         except CheckpointWriteError as e:  # a full disk: the older checkpoints are kept
             log(f"ERROR: {e}")
             status = 1
+            exact = False
+        self._save_serial_state(learners, workers, exact)
         for worker in workers:
             worker.close()
         self._tick(final=True)
         return status
+
+    def _settle_turn(self, host: LearnerHost, workers: list) -> bool:
+        """At the end of the last turn: the workers take the messages the last tick sent (as
+        they would first thing in the next turn). True when nothing else is in flight, so
+        that the state saved now is the whole state; a PBT step still on its way to a
+        learner is applied, and the state is then not saved."""
+        for w, worker in enumerate(workers):
+            for msg in drain(self.worker_queues[w]):
+                worker.handle(msg)
+        in_flight = [msg for q in self.learner_queues for msg in drain(q)]
+        for msg in in_flight:
+            host.handle(msg)
+        if in_flight:
+            log("a PBT step was under way at the stop: the next run resumes from the checkpoints")
+        return not in_flight
+
+    def _save_serial_state(self, learners: dict, workers: list, exact: bool) -> None:
+        """Serial mode: write serial_state.pt for an exact resume, or remove an old one."""
+        blockers = [why for w in workers for why in w.resume_blockers()] if exact else []
+        if not exact or blockers or len(workers) != self.cfg.num_workers:
+            serial_state.remove(self.exp_dir)
+            if blockers:
+                log(f"no exact resume for this run: {blockers[0]}")
+            return
+        try:
+            serial_state.save(
+                self.exp_dir, self.cfg, self.buffers, self.free_queue, learners, workers
+            )
+        except (CheckpointWriteError, TypeError) as e:
+            serial_state.remove(self.exp_dir)
+            log(f"no exact resume for this run: {e}")
+
+    def _restore_serial_state(self, learners: dict, workers: list) -> None:
+        state, why = serial_state.load(self.exp_dir, self.cfg, self.buffers, learners)
+        if state is None:
+            if why:
+                log(f"{why}: resuming from the checkpoints, with new episodes")
+            return
+        serial_state.restore(state, self.buffers, self.free_queue, learners, workers)
+        log(f"resumed exactly where the run stopped ({serial_state.FILE_NAME}: envs replayed)")
 
     def _start_processes(self, ctx) -> None:
         if self.inference is not None:
@@ -945,6 +997,35 @@ class Runner:
         if self.pbt is not None:
             self.pbt.save()
         self._save_elo()
+
+
+class _TurnEndStop:
+    """Serial mode: the first SIGINT or SIGTERM asks the loop to stop at the end of its turn,
+    where the whole state can be saved; a second one interrupts at once."""
+
+    SIGNALS = (signal.SIGINT, signal.SIGTERM)
+
+    def __init__(self):
+        self.requested = False
+        self.previous: dict = {}
+
+    def __call__(self, signum, frame) -> None:
+        if self.requested:
+            raise KeyboardInterrupt
+        self.requested = True
+        log(f"{signal.Signals(signum).name}: stopping at the end of this turn (again: at once)")
+
+    def __enter__(self):
+        try:
+            for sig in self.SIGNALS:
+                self.previous[sig] = signal.signal(sig, self)
+        except ValueError:  # not the main thread: signals stay as they were
+            pass
+        return self
+
+    def __exit__(self, *exc) -> None:
+        for sig, handler in self.previous.items():
+            signal.signal(sig, handler)
 
 
 def _interrupt_on_sigterm(signum, frame) -> None:

@@ -260,6 +260,14 @@ class LeastServedMatchmaker:
         if policy in self.steps:
             self.preferred[policy] = self.steps[policy] + steps
 
+    def state_dict(self) -> dict:
+        return {"steps": dict(self.steps), "focus": self.focus, "preferred": dict(self.preferred)}
+
+    def load_state_dict(self, state: dict) -> None:
+        self.steps = {int(p): int(n) for p, n in state["steps"].items()}
+        self.focus = state["focus"]
+        self.preferred = {int(p): int(n) for p, n in state["preferred"].items()}
+
     def assign(self, num_agents: int, rng: np.random.Generator) -> list[int]:
         for p, until in list(self.preferred.items()):
             if self.steps[p] >= until:

@@ -175,7 +175,7 @@ class RolloutWorker(ServerActing):
         self.shaping: dict[int, dict] = {
             p: s for p, s in (initial_shaping or {}).items() if s is not None
         }
-        self.installed_shaping: dict[int, int] = {}  # actor -> id() of the installed dict
+        self.installed_shaping: dict[int, dict] = {}  # actor -> the dict installed on its env
         self.episodes: list[EpisodeStats] = []
         self.matches: list[MatchResult] = []
         self.steps_since_report = 0
@@ -208,6 +208,8 @@ class RolloutWorker(ServerActing):
         self.unscored = np.zeros(self.num_actors, dtype=bool)  # episode not to be reported
         for e, env in enumerate(self.envs):
             self._beat(hb.RESETTING, e)
+            if hasattr(env, "seed_episodes"):  # every episode from a seeded reset
+                env.seed_episodes(int(self.rng.integers(2**31)), keep_actions=self.cfg.serial_mode)
             obs_list, _ = self._env_call(
                 e, "reset()", env.reset, seed=int(self.rng.integers(2**31))
             )
@@ -283,9 +285,9 @@ class RolloutWorker(ServerActing):
             p = self.seat[i]
             # a policy without PBT values (or a frozen snapshot) plays with the env's defaults
             shaping = (self.shaping.get(p) if self._trains(i) else None) or self.default_shaping
-            if shaping is not None and self.installed_shaping.get(i) != id(shaping):
+            if shaping is not None and self.installed_shaping.get(i) is not shaping:
                 target.set_reward_shaping(shaping, a)
-                self.installed_shaping[i] = id(shaping)
+                self.installed_shaping[i] = shaping
 
     def _acquire(self, n: int) -> list[int]:
         slots: list[int] = []
@@ -698,6 +700,103 @@ class RolloutWorker(ServerActing):
             self.episodes, self.matches = [], []
             self.steps_since_report = 0
             self.last_report = now
+
+    # --- exact resume (serial mode) ---------------------------------------------------------
+    def resume_blockers(self) -> list[str]:
+        """Why this worker's state cannot be saved for an exact resume ([] when it can)."""
+        why = []
+        if self.batch is not None and not hasattr(self.batch, "get_state"):
+            why.append(f"the batched env {self.cfg.env} has no get_state()")
+        elif self.batch is None:
+            for e, env in enumerate(self.envs):
+                if not hasattr(env, "get_state"):
+                    why.append(f"{self._where(e)} has no get_state()")
+                    break
+                if hasattr(env, "can_save_state") and not env.can_save_state():
+                    why.append(f"{self._where(e)} keeps no replay of its episode")
+                    break
+        if self.remote is not None:
+            why.append("acting goes through an inference server")
+        if self.scripted_actors:
+            why.append("scripted players keep state of their own")
+        if self.snapshot_models or self.snapshot_store:
+            why.append("frozen snapshots play")
+        if getattr(self.matchmaker, "ratings", None) is not None:
+            why.append("Elo matchmaking (its ratings are not saved)")
+        return why
+
+    def state_dict(self) -> dict:
+        """Everything this worker carries from one step to the next, as plain data (see
+        `resume_blockers` first). Statistics not yet reported are sent now."""
+        self._maybe_report(force=True)
+        envs = (
+            [self.batch.get_state()]
+            if self.batch is not None
+            else [env.get_state() for env in self.envs]
+        )
+        return {
+            "rng": self.rng.bit_generator.state,
+            "envs": envs,
+            "unscored": self.unscored.copy(),
+            "seat": [s if isinstance(s, str) else int(s) for s in self.seat],
+            "seat_row": self.seat_row.copy(),
+            "slot": self.slot.copy(),
+            "t": self.t.copy(),
+            "h": self.h.clone(),
+            "cur_obs": {k: v.copy() for k, v in self.cur_obs.items()},
+            "pending_bootstrap": [(int(i), int(s)) for i, s in self.pending_bootstrap],
+            "parked": {int(p): [(int(s), int(t)) for s, t in v] for p, v in self.parked.items()},
+            "ep_return": self.ep_return.copy(),
+            "ep_len": self.ep_len.copy(),
+            "shaping": dict(self.shaping),
+            "installed_shaping": dict(self.installed_shaping),
+            "model_version": self.model_version.copy(),
+            "noticed_version": self._noticed_version.copy(),
+            "model_rows": sorted(int(p) for p in self.models),
+            "matchmaker": (
+                self.matchmaker.state_dict() if hasattr(self.matchmaker, "state_dict") else None
+            ),
+        }
+
+    def load_state_dict(self, state: dict) -> None:
+        """Continue exactly where `state_dict()` was taken: envs rebuilt (replayed), the same
+        seats, slots, episode sums and random stream. Weights are read again from the store."""
+        if self.batch is not None:
+            self.batch.set_state(state["envs"][0])
+        else:
+            for e, (env, env_state) in enumerate(zip(self.envs, state["envs"])):
+                self._env_call(e, "set_state()", env.set_state, env_state)
+        self.rng.bit_generator.state = state["rng"]
+        self.unscored = state["unscored"].copy()
+        self.seat = list(state["seat"])
+        self.seat_row = state["seat_row"].copy()
+        self.slot = state["slot"].copy()
+        self.t = state["t"].copy()
+        self.h = state["h"].clone()
+        for k, v in state["cur_obs"].items():
+            self.cur_obs[k][...] = v
+        self.pending_bootstrap = [tuple(x) for x in state["pending_bootstrap"]]
+        self.parked = {int(p): [tuple(x) for x in v] for p, v in state["parked"].items()}
+        self.ep_return = state["ep_return"].copy()
+        self.ep_len = state["ep_len"].copy()
+        self.shaping = dict(state["shaping"])
+        # the dicts each env plays with now (a PBT change waits for the next episode)
+        installed = state["installed_shaping"]
+        for e, target in enumerate(self.shaping_targets):
+            for a in range(self.num_agents):
+                i = e * self.num_agents + a
+                if target is not None and i in installed:
+                    target.set_reward_shaping(installed[i], a)
+        self.installed_shaping = {int(i): d for i, d in installed.items()}
+        # the policies' weights, read from the new store now: a model made later would draw
+        # its initial weights from the random stream that is restored next
+        self.model_seq[:] = -1
+        for row in state["model_rows"]:
+            self._model_for(int(row))
+        self.model_version = state["model_version"].copy()
+        self._noticed_version = state["noticed_version"].copy()
+        if state["matchmaker"] is not None:
+            self.matchmaker.load_state_dict(state["matchmaker"])
 
     def close(self) -> None:
         self._maybe_report(force=True)

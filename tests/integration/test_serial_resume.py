@@ -1,0 +1,189 @@
+"""A seeded serial run stopped by a signal and run again continues exactly as an uninterrupted
+run: the same weights and optimiser state after the same updates."""
+
+import glob
+import os
+import signal
+
+import gymnasium as gym
+import numpy as np
+import pytest
+import torch
+
+from rl_pbt import parse_cfg, register_env, train
+from rl_pbt.learning.checkpoints import read_checkpoint
+from rl_pbt.runtime import runner as runner_module
+from rl_pbt.runtime import serial_state
+
+FLAGS = [
+    "--env=CartPole-v1",
+    "--serial_mode",
+    "--num_policies=2",
+    "--num_workers=2",
+    "--num_envs_per_worker=4",
+    "--rollout=16",
+    "--batch_size=64",
+    "--num_epochs=2",
+    "--num_batches_per_epoch=2",
+    "--encoder_mlp_layers",
+    "32",
+    "--train_for_env_steps=5000",
+    "--seed=7",
+    "--status_interval=60",
+]
+
+
+def run(tmp_path, name, *extra):
+    cfg = parse_cfg([*FLAGS, f"--train_dir={tmp_path}", f"--experiment={name}", *extra])
+    return train(cfg), os.path.join(tmp_path, name)
+
+
+def final_states(exp):
+    states = []
+    for p in range(2):
+        path = sorted(glob.glob(os.path.join(exp, f"checkpoint_p{p}", "checkpoint_*.pth")))[-1]
+        states.append(read_checkpoint(path))
+    return states
+
+
+def flat(state):
+    tensors = list(state["model"].values())
+    for s in state["optimizer"]["state"].values():
+        tensors += [s["exp_avg"], s["exp_avg_sq"]]
+    return torch.cat([t.reshape(-1).double() for t in tensors])
+
+
+def stop_at_tick(monkeypatch, n, sig=signal.SIGTERM):
+    """The n-th tick of the run sends `sig` to this process, as a user's kill would."""
+    real = runner_module.Runner._tick
+    calls = {"n": 0}
+
+    def tick(self, final=False):
+        calls["n"] += 1
+        if calls["n"] == n:
+            os.kill(os.getpid(), sig)
+        return real(self, final)
+
+    monkeypatch.setattr(runner_module.Runner, "_tick", tick)
+
+
+@pytest.mark.parametrize("stop_tick", [301, 515])
+def test_stopped_and_resumed_serial_run_equals_uninterrupted(
+    tmp_path, monkeypatch, capsys, stop_tick
+):
+    status, whole = run(tmp_path, "whole")
+    assert status == 0
+    expected = final_states(whole)
+
+    with monkeypatch.context() as m:
+        stop_at_tick(m, stop_tick)
+        status, exp = run(tmp_path, "stopped")
+    assert status == 1  # stopped by a signal
+    assert os.path.isfile(serial_state.state_path(exp))
+    mid = final_states(exp)
+    assert 0 < mid[0]["version"] < expected[0]["version"]  # stopped half way
+    capsys.readouterr()
+
+    status, exp = run(tmp_path, "stopped")
+    assert status == 0
+    assert "resumed exactly where the run stopped" in capsys.readouterr().out
+    got = final_states(exp)
+    for p in range(2):
+        assert got[p]["version"] == expected[p]["version"]
+        assert got[p]["env_steps"] == expected[p]["env_steps"]
+        assert torch.equal(flat(got[p]), flat(expected[p])), f"policy {p} differs after resume"
+
+
+def test_a_stale_or_crafted_state_file_is_not_used(tmp_path, monkeypatch, capsys):
+    with monkeypatch.context() as m:
+        stop_at_tick(m, 200)
+        run(tmp_path, "exp")
+    path = serial_state.state_path(os.path.join(tmp_path, "exp"))
+    # a pickle that would run code if it were unpickled
+    import pickle
+
+    class Boom:
+        def __reduce__(self):
+            return (os.system, ("touch " + os.path.join(tmp_path, "pwned"),))
+
+    with open(path, "wb") as f:
+        pickle.dump({"x": Boom()}, f)
+    capsys.readouterr()
+    with monkeypatch.context() as m:
+        stop_at_tick(m, 20)
+        status, _ = run(tmp_path, "exp")
+    out = capsys.readouterr().out
+    assert status == 1
+    assert not os.path.exists(os.path.join(tmp_path, "pwned"))
+    assert "serial_state.pt" in out and "resuming from the checkpoints" in out
+    # the stop wrote a fresh state; a run with other settings does not take it
+    capsys.readouterr()
+    status, _ = run(tmp_path, "exp", "--rollout=8", "--train_for_env_steps=100")
+    out = capsys.readouterr().out
+    assert "was saved with other settings (num_slots, rollout)" in out
+
+
+class NoisyDuel:
+    """Two agents push a token left or right; the env adds noise from its own generator, so
+    its state is more than its observations: get_state()/set_state() carry it."""
+
+    is_multiagent = True
+    num_agents = 2
+
+    def __init__(self, seed):
+        self.observation_space = gym.spaces.Box(-10, 10, (2,), np.float32)
+        self.action_space = gym.spaces.Discrete(3)
+        self.rng = np.random.default_rng(seed)
+        self.pos, self.t = 0.0, 0
+
+    def _obs(self):
+        return [np.array([self.pos, self.t / 20], np.float32)] * 2
+
+    def reset(self, seed=None, options=None):
+        if seed is not None:
+            self.rng = np.random.default_rng(seed)
+        self.pos, self.t = float(self.rng.normal()), 0
+        return self._obs(), [{}, {}]
+
+    def step(self, actions):
+        self.pos += (int(actions[0]) - int(actions[1])) * 0.5 + float(self.rng.normal(0, 0.3))
+        self.t += 1
+        done = abs(self.pos) >= 3 or self.t >= 20
+        win = float(self.pos > 0)
+        rewards = [self.pos / 10, -self.pos / 10]
+        infos = [{"true_objective": win}, {"true_objective": 1 - win}] if done else [{}, {}]
+        obs = self._obs()
+        if done:
+            obs, _ = self.reset()
+        return obs, rewards, [done, done], [False, False], infos
+
+    def get_state(self):
+        return {"pos": self.pos, "t": self.t, "rng": self.rng.bit_generator.state}
+
+    def set_state(self, state):
+        self.pos, self.t = state["pos"], state["t"]
+        self.rng.bit_generator.state = state["rng"]
+
+    def close(self):
+        pass
+
+
+def make_noisy_duel(full_env_name, cfg, env_config, render_mode=None):
+    return NoisyDuel(env_config["env_id"])
+
+
+def test_a_multi_agent_env_with_get_state_resumes_exactly(tmp_path, monkeypatch):
+    register_env("noisy_duel_resume", make_noisy_duel)
+    extra = ["--env=noisy_duel_resume", "--train_for_env_steps=3000"]
+    status, whole = run(tmp_path, "whole", *extra)
+    assert status == 0
+    expected = final_states(whole)
+    with monkeypatch.context() as m:
+        stop_at_tick(m, 97)
+        assert run(tmp_path, "stopped", *extra)[0] == 1
+    assert 0 < final_states(os.path.join(tmp_path, "stopped"))[0]["version"]
+    status, exp = run(tmp_path, "stopped", *extra)
+    got = final_states(exp)
+    for p in range(2):
+        assert got[p]["version"] == expected[p]["version"] > 0
+        assert torch.equal(flat(got[p]), flat(expected[p])), f"policy {p} differs after resume"
