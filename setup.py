@@ -27,8 +27,11 @@ setup(
             "imageio-ffmpeg>=0.4.8",
             "wandb>=0.16",
             "pettingzoo>=1.24",
+            "ray>=2.40,<3",
         ],
         "bench": ["psutil>=5.9"],
+        # --ray_address: a population over several machines (tested with 2.60)
+        "ray": ["ray>=2.40,<3"],
         # ParallelEnv and turn-based (AEC) envs; connect_four needs nothing more (its
         # renderer needs pygame)
         "pettingzoo": ["pettingzoo>=1.24"],

@@ -11,8 +11,12 @@ from rl_pbt.envs.scripted import register_scripted_policy
 
 
 def train(cfg: Cfg) -> int:
-    """Train until the config's budget is spent; returns 0 on success. See runtime/runner.py."""
-    from rl_pbt.runtime.runner import run
+    """Train until the config's budget is spent; returns 0 on success. See runtime/runner.py
+    (one machine) and distributed/driver.py (--ray_address: a population over Ray)."""
+    if getattr(cfg, "ray_address", None) is not None:
+        from rl_pbt.distributed.driver import run
+    else:
+        from rl_pbt.runtime.runner import run
 
     return run(cfg)
 

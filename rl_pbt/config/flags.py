@@ -48,6 +48,15 @@ HELP_ALIASES = {
 }
 
 
+def ray_address_problem(v: Any) -> Optional[str]:
+    if v is None or v in ("auto", "local"):
+        return None
+    host, _, port = str(v).removeprefix("ray://").rpartition(":")
+    if host and port.isdigit():
+        return None
+    return "must be auto, local, or HOST:PORT (ray://HOST:PORT for Ray Client)"
+
+
 def positive(v: Any) -> Optional[str]:
     return None if v > 0 else "must be > 0"
 
@@ -235,6 +244,39 @@ FLAGS: list[Flag] = [
         bool,
         False,
         "run every component in one process (debugging, tests)",
+        group="run",
+    ),
+    Flag(
+        "ray_address",
+        str,
+        None,
+        "spread the population over a Ray cluster: 'auto' (the cluster this machine is part "
+        "of), 'local' (start Ray here), or host:port; needs the ray extra",
+        check=ray_address_problem,
+        group="run",
+    ),
+    Flag(
+        "policies_per_node",
+        int,
+        8,
+        "with --ray_address: members per node group (one single-machine run each)",
+        check=positive,
+        group="run",
+    ),
+    Flag(
+        "ray_cpus_per_group",
+        float,
+        1.0,
+        "with --ray_address: CPUs Ray reserves for each node group",
+        check=positive,
+        group="run",
+    ),
+    Flag(
+        "ray_gpus_per_group",
+        float,
+        0.0,
+        "with --ray_address: GPUs Ray reserves for each node group",
+        check=non_negative,
         group="run",
     ),
     Flag(

@@ -751,6 +751,30 @@ def _check_cross_flags(cfg: Cfg) -> None:
         raise ConfigError(
             f"--with_pbt needs a population: --num_policies={cfg.num_policies} must be >= 2"
         )
+    if cfg.ray_address is not None:
+        _check_ray_flags(cfg)
+
+
+def _check_ray_flags(cfg: Cfg) -> None:
+    flag = f"--ray_address={cfg.ray_address}"
+    target = cfg.pbt_target_objective
+    if target in ("elo", "vs_snapshots") or target.startswith("vs_scripted"):
+        raise ConfigError(
+            f"{flag}: --pbt_target_objective={cfg.pbt_target_objective} ranks on games inside "
+            "one node group; across node groups PBT ranks on episode objectives "
+            "(true_objective or an info key)"
+        )
+    if cfg.pbt_replay_lineage:
+        raise ConfigError(f"{flag}: --pbt_replay_lineage trains one policy, on one machine")
+    if cfg.serial_mode:
+        raise ConfigError(f"{flag} runs node groups as separate processes: drop --serial_mode")
+    import importlib.util
+
+    if importlib.util.find_spec("ray") is None:
+        raise ConfigError(
+            f'{flag} needs Ray: pip install -e ".[ray]" (or drop --ray_address for a run on '
+            "this machine)"
+        )
 
 
 def _check_files(cfg: Cfg) -> None:

@@ -16,6 +16,7 @@ from rl_pbt.learning.learner import Learner, NonFiniteTraining
 from rl_pbt.runtime import heartbeat as hb
 from rl_pbt.runtime.messages import (
     ApplyPBT,
+    ExportDone,
     ExportState,
     LearnerEvent,
     LearnerReport,
@@ -78,6 +79,8 @@ class LearnerHost:
             self._beat(hb.PBT, msg.policy_id)
             self.learners[msg.policy_id].export_state()
             self.learner_queues[msg.then.policy_id].put(msg.then)
+        elif isinstance(msg, ExportDone):
+            self.report_queue.put(LearnerEvent(msg.policy_id, "exported", ""))
         elif isinstance(msg, ApplyPBT):
             self._beat(hb.PBT, msg.policy_id)
             learner = self.learners[msg.policy_id]
@@ -85,6 +88,9 @@ class LearnerHost:
                 learner.import_state(msg.source_id)
             learner.set_hparams(msg.hparams)  # after the copy: the copy must not overwrite them
             learner.publish()
+            if msg.export_after:
+                learner.export_state()
+                self.report_queue.put(LearnerEvent(msg.policy_id, "exported", ""))
             self.report_queue.put(
                 LearnerEvent(
                     msg.policy_id,

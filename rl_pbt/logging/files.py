@@ -62,7 +62,32 @@ def policy_shaping_path(exp_dir: str, policy_id: int) -> str:
 
 
 def checkpoint_dir(exp_dir: str, policy_id: int) -> str:
+    """Policy p's checkpoints. A population over Ray (population.json) keeps member p in
+    the folder of its node group: `groups/g{i}/checkpoint_p{local id}`."""
+    member = population_member(exp_dir, policy_id)
+    if member is not None:
+        group, local = member
+        return os.path.join(exp_dir, "groups", f"g{group}", f"checkpoint_p{local}")
     return os.path.join(exp_dir, f"checkpoint_p{policy_id}")
+
+
+POPULATION_FILE = "population.json"
+
+
+def population_member(exp_dir: str, policy_id: int) -> Optional[tuple[int, int]]:
+    """(node group, id inside it) of member `policy_id` of a population run over Ray, or None
+    for a run on one machine."""
+    path = os.path.join(exp_dir, POPULATION_FILE)
+    if not os.path.isfile(path):
+        return None
+    try:
+        groups = read_json(path, {}).get("groups", {})
+    except (OSError, ValueError):
+        return None
+    for name, ids in groups.items():
+        if policy_id in ids:
+            return int(name[1:]), ids.index(policy_id)
+    return None
 
 
 def summary_dir(exp_dir: str, policy_id: int) -> str:

@@ -155,7 +155,15 @@ def describe(device_of: dict[int, str], num_gpus: Optional[int] = None) -> str:
 
 
 # --- seeds -------------------------------------------------------------------------------------
-_ROLES = {"learner": 1, "worker": 2, "env": 3, "inference": 4, "pbt": 5, "minibatches": 6}
+_ROLES = {
+    "learner": 1,
+    "worker": 2,
+    "env": 3,
+    "inference": 4,
+    "pbt": 5,
+    "minibatches": 6,
+    "group": 7,
+}
 
 
 def fresh_seed() -> int:

@@ -76,6 +76,17 @@ class ApplyPBT:
     policy_id: int
     source_id: Optional[int]
     hparams: dict[str, float]
+    # then export the new state at once (before any update): a copy from another node group
+    # reads it back to check it arrived whole
+    export_after: bool = False
+
+
+@dataclass
+class ExportDone:
+    """Forwarded by ExportState to the exporting learner's own host: it tells the runner
+    (LearnerEvent "exported") that the state lies in the transfer area."""
+
+    policy_id: int
 
 
 @dataclass
@@ -84,7 +95,7 @@ class ExportState:
     `then` to the process of the target learner."""
 
     policy_id: int
-    then: ApplyPBT
+    then: Union[ApplyPBT, ExportDone]
 
 
 @dataclass

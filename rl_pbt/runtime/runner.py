@@ -52,6 +52,7 @@ from rl_pbt.models.actor_critic import make_actor_critic
 from rl_pbt.pbt.search_space import flatten_shaping, unflatten_shaping
 from rl_pbt.runtime import heartbeat as hb
 from rl_pbt.runtime import serial_state
+from rl_pbt.runtime.control import Apply, Export, GroupControl, Import
 from rl_pbt.runtime.devices import (
     derive_seed,
     describe,
@@ -63,6 +64,7 @@ from rl_pbt.runtime.devices import (
 )
 from rl_pbt.runtime.messages import (
     ApplyPBT,
+    ExportDone,
     ExportState,
     LearnerEvent,
     LearnerReport,
@@ -346,6 +348,8 @@ class Runner:
         # trajectory from the copied weights, to the first update on it
         self.copy_latencies: list[tuple[float, float, float]] = []
         self.start_time = time.time()
+        # a node group of a population on several machines: its PBT is decided outside
+        self.control: Optional[GroupControl] = None
 
     # --- factories --------------------------------------------------------------------------
     def make_model(self):
@@ -464,17 +468,22 @@ class Runner:
             for note in self.pbt.space_notes:
                 log(f"PBT search space: {note}")
         self.run_lock.acquire()
-        previous = signal.signal(signal.SIGTERM, _interrupt_on_sigterm)
+        previous = _set_signal(signal.SIGTERM, _interrupt_on_sigterm)
         try:
             status = self._run_serial() if cfg.serial_mode else self._run_parallel()
         finally:
-            signal.signal(signal.SIGTERM, previous)
+            if previous is not None:
+                signal.signal(signal.SIGTERM, previous)
             self.stats.close()
             self.run_lock.release()
+            if self.control is not None:
+                self.control.fail_all("the node group's run ended")
         if status != 0 and self.jammed:
             argv = jam_restart_argv(cfg)
             if argv is not None:
                 restart_whole_run(argv)
+        if self.control is not None:  # a node group: the population's driver says what's next
+            return status
         print(
             end_of_run_text(
                 self.exp_dir,
@@ -798,7 +807,7 @@ class Runner:
         self.stop_flag[0] = 1
         # a second SIGINT/SIGTERM (timeout, docker stop, Slurm) must not cut the saves short
         for sig in (signal.SIGINT, signal.SIGTERM):
-            signal.signal(sig, _log_signal_while_stopping)
+            _set_signal(sig, _log_signal_while_stopping)
         stops = [(q, Stop()) for q in self.worker_queues]
         stops += [(self.learner_queues[p], Stop(save=True)) for p in range(self.num_policies)]
         for q, stop in stops:
@@ -834,10 +843,14 @@ class Runner:
             return True
         if self.pbt is not None:
             self._pbt_step()
+        if self.control is not None:
+            self._serve_control()
         if self.use_snapshots:
             self._snapshot_step()
         self._maybe_save_elo()
         done = min(self.env_steps) >= self.cfg.train_for_env_steps
+        if self.control is not None and self.control.stop_requested:
+            done = True
         if elapsed > self.cfg.train_for_seconds:
             log(f"--train_for_seconds={self.cfg.train_for_seconds} reached")
             done = True
@@ -862,6 +875,11 @@ class Runner:
                             self.stats.warn_no_objective(ep.policy_id)
                             objective = ep.episode_return
                         self.pbt.record_episode(ep.policy_id, objective)
+                    if self.control is not None and isinstance(ep.policy_id, int):
+                        objective = ep.objective
+                        if objective is None:
+                            objective = ep.episode_return
+                        self.control.record_episode(ep.policy_id, objective)
                 for match in msg.matches:
                     if any(is_snapshot(s) and s not in self.snapshot_row_of for s in match.seats):
                         continue  # played against a snapshot since evicted from the pool
@@ -896,6 +914,12 @@ class Runner:
                     )
                     # in summary.json (pbt_copy_latency_s); the status block sums PBT up
                     self.copy_latencies.append((copied, fresh, trained))
+                    if self.control is not None:
+                        self.control.record_copy_latency(msg.policy_id, trained)
+                if msg.kind == "exported" and self.control is not None:
+                    state = self.params.read_transfer(msg.policy_id).clone()
+                    for reply in self.control.waiting_exports.pop(msg.policy_id, []):
+                        reply.set(state)
 
     @staticmethod
     def _error_text(msg: LearnerEvent) -> str:
@@ -908,17 +932,52 @@ class Runner:
         if self.cfg.pbt_target_objective == "elo":
             ratings = [self.elo.rating(p) for p in range(self.num_policies)]
         for d in self.pbt.update(list(self.env_steps), ratings=ratings):
-            apply = ApplyPBT(d.policy_id, d.source_id, dict(d.hparams))
-            if d.source_id is None:
-                self.learner_queues[d.policy_id].put(apply)
-            else:
-                self.learner_queues[d.source_id].put(ExportState(d.source_id, apply))
-                self.copy_decided_at[d.policy_id] = time.time()
-                self.elo.set_rating(d.policy_id, self.elo.rating(d.source_id))
-            if d.shaping is not None:
-                for q in self.worker_queues:
-                    q.put(SetRewardShaping(d.policy_id, d.shaping))
+            self._apply_decision(d.policy_id, d.source_id, d.hparams, d.shaping)
             self.stats.pbt_event(d)
+
+    def _apply_decision(self, policy: int, source, hparams: dict, shaping) -> None:
+        """Send a PBT decision on its way: the source's state exported first when it copies
+        one, then the new values to the learner, the shaping to every worker."""
+        apply = ApplyPBT(policy, source, dict(hparams))
+        if source is None:
+            self.learner_queues[policy].put(apply)
+        else:
+            self.learner_queues[source].put(ExportState(source, apply))
+            self.copy_decided_at[policy] = time.time()
+            self.elo.set_rating(policy, self.elo.rating(source))
+        if shaping is not None:
+            for q in self.worker_queues:
+                q.put(SetRewardShaping(policy, shaping))
+
+    def _serve_control(self) -> None:
+        """A node group: carry out the population driver's commands (see runtime/control.py)."""
+        for command, reply in self.control.pending():
+            if isinstance(command, Apply):
+                self._apply_decision(
+                    command.policy, command.source, command.hparams, command.shaping
+                )
+                reply.set()
+            elif isinstance(command, Export):
+                p = command.policy
+                waiting = self.control.waiting_exports.setdefault(p, [])
+                if not waiting:  # one export answers every request made meanwhile
+                    self.learner_queues[p].put(ExportState(p, ExportDone(p)))
+                waiting.append(reply)
+            elif isinstance(command, Import):
+                p = command.policy
+                # the state goes in p's own transfer row, which p's learner then imports
+                state = command.state.to(torch.float32).reshape(-1)
+                self.params.write_transfer(p, state)
+                # exported again right after the import: the reply is that state, to compare
+                self.learner_queues[p].put(ApplyPBT(p, p, dict(command.hparams), export_after=True))
+                self.control.waiting_exports.setdefault(p, []).append(reply)
+                self.copy_decided_at[p] = command.decided_at
+                self.control.imported.add(p)
+                if command.shaping is not None:
+                    for q in self.worker_queues:
+                        q.put(SetRewardShaping(p, command.shaping))
+            else:
+                reply.set(error=f"unknown command {command!r}")
 
     def _snapshot_step(self) -> None:
         """Freeze a copy of each policy every --selfplay_snapshot_every_env_steps into a row
@@ -1026,6 +1085,15 @@ class _TurnEndStop:
     def __exit__(self, *exc) -> None:
         for sig, handler in self.previous.items():
             signal.signal(sig, handler)
+
+
+def _set_signal(sig, handler):
+    """signal.signal, or None where signals cannot be set (a thread other than the main one,
+    as a node group's run inside a Ray actor)."""
+    try:
+        return signal.signal(sig, handler)
+    except ValueError:
+        return None
 
 
 def _interrupt_on_sigterm(signum, frame) -> None:

@@ -132,6 +132,14 @@ CASES = [
     Case("wandb_entity", ["--wandb_entity="], ["--wandb_entity=''", "empty"]),
     Case("wandb_tag", [f"--wandb_tags=ok,{LONG_TAG}"], ["--wandb_tags", "64"]),
     Case("wandb_missing", ["--with_wandb"], ["--with_wandb", '".[wandb]"'], setup=without_wandb),
+    Case("ray_address", ["--ray_address=cluster1"], ["--ray_address='cluster1'", "HOST:PORT"]),
+    Case("policies_per_node", ["--policies_per_node=0"], ["--policies_per_node=0", "> 0"]),
+    Case(
+        "ray_with_elo",
+        ["--ray_address=local", "--pbt_target_objective=elo"],
+        ["--ray_address=local", "--pbt_target_objective=elo", "inside one node group"],
+    ),
+    Case("ray_serial", ["--ray_address=local", "--serial_mode"], ["drop --serial_mode"]),
     Case("help_topic", ["--help=ppo"], ["--help=ppo", "pbt", "sampling"], base=False),
     Case(
         "doom_missing", ["--env=doom_basic"], ["--env=doom_basic", '".[doom]"'], setup=doom_missing

@@ -29,9 +29,7 @@ def build(use_rnn, num_policies=3, fused=True):
     models = [make_model() for _ in range(num_policies)]
     io = InferenceIO.allocate(2, 6, models[0].obs_spec, models[0].act_spec, models[0].rnn_size, 2)
     # policies 0 and 2 on one server, 1 on the other
-    plan = InferencePlan.for_devices(
-        io, {0: "cpu", 1: "cpu:1", 2: "cpu"}, LocalQueue, fused=fused
-    )
+    plan = InferencePlan.for_devices(io, {0: "cpu", 1: "cpu:1", 2: "cpu"}, LocalQueue, fused=fused)
     plan.weight_queues = [LocalQueue(), LocalQueue()]
     # each "learner" hands its buffer to its server and publishes, as Learner.share_weights does
     writers = []

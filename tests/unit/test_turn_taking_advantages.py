@@ -56,8 +56,10 @@ def ref_vtrace(log_rhos, rewards, values, boot, dones, valid, gamma, rho_bar, c_
             disc = 0.0 if end[i] else gamma
             rho = np.exp(log_rhos[t, b])
             r_bar, c = min(rho, rho_bar), min(rho, c_bar)
-            vs[t, b] = values[t, b] + r_bar * (rew[i] + disc * v_next - values[t, b]) + (
-                disc * c * (vs_next - v_next)
+            vs[t, b] = (
+                values[t, b]
+                + r_bar * (rew[i] + disc * v_next - values[t, b])
+                + (disc * c * (vs_next - v_next))
             )
             pg[t, b] = r_bar * (rew[i] + disc * vs_next - values[t, b])
             vs_next, v_next = vs[t, b], values[t, b]

@@ -1,0 +1,1 @@
+"""Populations larger than one machine, on Ray (optional: `pip install -e ".[ray]"`)."""

@@ -1,0 +1,375 @@
+"""A population over a Ray cluster: node groups of `--policies_per_node` members, each an
+ordinary single-machine run inside a Ray actor, and one PBT over all of them, here.
+
+The driver keeps what belongs to the whole population in the experiment folder: the PBT state
+and lineage (`pbt/`), `population.json` (members, groups, every copy between groups) and one
+TensorBoard tree (`.summary/`, one run per member, global ids). Each group trains in
+`groups/g{i}/` (checkpoints, its own logs), on the node Ray placed it on.
+
+Every loop turn (about a second) the driver polls each group for its members' env steps and
+new episode objectives, feeds the PBT manager with global ids (member m of group g is global
+id `g * policies_per_node + m`) and carries out its decisions: inside a group as the
+single-machine run does (shared memory), across groups by exporting the source's whole state
+(weights, normalisers, Adam moments) into Ray's object store and importing it into the
+target, which reads it back at once to check it arrived bit for bit.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import time
+from dataclasses import dataclass
+from typing import Any, Optional
+
+import numpy as np
+
+from rl_pbt.config.parse import Cfg, ConfigError, save_cfg
+from rl_pbt.envs.registry import make_env, registry_snapshot
+from rl_pbt.envs.wrappers import as_multiagent, reward_shaping_target
+from rl_pbt.learning.learner import default_hparams
+from rl_pbt.logging.files import POPULATION_FILE, atomic_write_json
+from rl_pbt.runtime.devices import derive_seed, fresh_seed
+from rl_pbt.runtime.run_lock import RunLock
+
+POLL_EVERY_S = 1.0
+STATUS_EVERY_S = 10.0
+SUMMARY_EVERY_S = 10.0
+GROUP_RESTARTS = 3  # per group, by Ray, before the run stops
+
+
+def log(msg: str) -> None:
+    print(f"[{time.strftime('%H:%M:%S')}] {msg}", flush=True)
+
+
+def split_groups(num_policies: int, per_node: int) -> list[list[int]]:
+    """Global member ids per node group: consecutive blocks of `per_node`, the last smaller."""
+    return [
+        list(range(s, min(s + per_node, num_policies))) for s in range(0, num_policies, per_node)
+    ]
+
+
+@dataclass
+class Member:
+    group: int
+    local: int
+
+
+class PopulationDriver:
+    def __init__(self, cfg: Cfg):
+        from rl_pbt.runtime.runner import check_experiment_dir, prepare_experiment_dir
+
+        self.cfg = cfg
+        probe = as_multiagent(
+            make_env(cfg.env, cfg, {"worker_index": -1, "vector_index": 0, "env_id": 0})
+        )
+        target = reward_shaping_target(probe)
+        self.default_shaping = target.get_default_reward_shaping() if target else None
+        probe.close()
+        check_experiment_dir(cfg)
+        self.groups = split_groups(cfg.num_policies, cfg.policies_per_node)
+        self.member = {
+            gid: Member(g, m) for g, ids in enumerate(self.groups) for m, gid in enumerate(ids)
+        }
+        self.run_seed = cfg.seed if cfg.seed is not None else fresh_seed()
+        self.run_lock = RunLock(cfg.train_dir, cfg.experiment)
+        self.run_lock.check()
+        self.exp_dir, self.resuming = prepare_experiment_dir(cfg)
+        save_cfg(cfg, os.path.join(self.exp_dir, "config.json"))
+        os.makedirs(os.path.join(self.exp_dir, "groups"), exist_ok=True)
+        self.pbt = self._make_pbt() if cfg.with_pbt else None
+        self.env_steps = [0] * cfg.num_policies
+        self.started_at: dict[int, float] = {}
+        self.finished: dict[int, Optional[int]] = {}
+        self.copies: list[dict[str, Any]] = self._read_population().get("cross_group_copies", [])
+        # (member, seconds from the decision to its first update after the copy, across groups)
+        self.copy_latencies: list[tuple[int, float, bool]] = []
+        self.recent: list[list[float]] = [[] for _ in range(cfg.num_policies)]
+        self.writers: dict[int, Any] = {}  # member -> its TensorBoard writer
+        self._failed_copies = 0  # decisions a group could not carry out (it was restarting)
+
+    def _make_pbt(self):
+        from rl_pbt.config.policy_values import load_policy_values
+        from rl_pbt.pbt.manager import PBTManager, PBTStateError
+
+        values = None
+        if self.cfg.policy_values:
+            values = load_policy_values(self.cfg.policy_values, self.cfg.num_policies)
+        try:
+            return PBTManager(
+                self.cfg,
+                self.cfg.num_policies,
+                default_hparams(self.cfg),
+                self.default_shaping,
+                self.exp_dir,
+                seed=derive_seed(self.run_seed, "pbt"),
+                initial_values=values,
+            )
+        except PBTStateError as e:
+            raise ConfigError(str(e)) from None
+
+    def _population_path(self) -> str:
+        return os.path.join(self.exp_dir, POPULATION_FILE)
+
+    def _read_population(self) -> dict:
+        try:
+            with open(self._population_path()) as f:
+                return json.load(f)
+        except (OSError, ValueError):
+            return {}
+
+    # --- the run ----------------------------------------------------------------------------
+    def run(self) -> int:
+        import ray
+
+        from rl_pbt.distributed.group import NodeGroup
+
+        cfg = self.cfg
+        started_ray = not ray.is_initialized()
+        if started_ray:
+            # "local" starts a new instance here even where a cluster runs; "auto" joins it
+            # a local instance without the dashboard: its CPU is the trainer's
+            local = {"include_dashboard": False} if cfg.ray_address == "local" else {}
+            ray.init(address=cfg.ray_address, log_to_driver=True, configure_logging=False, **local)
+        log(
+            f"experiment {self.exp_dir} ({'resuming' if self.resuming else 'new'}); "
+            f"{cfg.num_policies} members in {len(self.groups)} node groups on Ray "
+            f"({cfg.ray_address}): "
+            + ", ".join(f"g{g}: {ids}" for g, ids in enumerate(self.groups))
+        )
+        actor_cls = ray.remote(NodeGroup)
+        cfg_dict = cfg.to_dict()
+        registry = registry_snapshot([cfg.env])
+        self.actors = [
+            actor_cls.options(
+                name=f"rl_pbt_{cfg.experiment}_g{g}",
+                num_cpus=cfg.ray_cpus_per_group,
+                num_gpus=cfg.ray_gpus_per_group,
+                max_restarts=GROUP_RESTARTS,
+                max_task_retries=-1,
+            ).remote(cfg_dict, g, ids, self.run_seed, registry)
+            for g, ids in enumerate(self.groups)
+        ]
+        self.run_lock.acquire()
+        self._save_population([None] * len(self.groups))  # enjoy/match find members now
+        status = 0
+        stop = {"asked": False}
+
+        def ask_stop(signum, frame):
+            if stop["asked"]:
+                raise KeyboardInterrupt
+            stop["asked"] = True
+            log(f"{signal.Signals(signum).name}: stopping every node group")
+
+        previous = {s: signal.signal(s, ask_stop) for s in (signal.SIGINT, signal.SIGTERM)}
+        try:
+            last_status = last_summary = time.monotonic()
+            start = time.time()
+            while not stop["asked"]:
+                polls = ray.get([a.poll.remote() for a in self.actors])
+                self._take(polls)
+                failed = [g for g, p in enumerate(polls) if p["finished"] and p["status"] != 0]
+                if failed:
+                    g = failed[0]
+                    log(f"ERROR: node group {g} stopped: {polls[g]['error'] or 'see its log'}")
+                    status = 1
+                    break
+                if all(p["finished"] for p in polls):
+                    break
+                if self.pbt is not None:
+                    self._pbt_step()
+                now = time.monotonic()
+                if now - last_status > STATUS_EVERY_S:
+                    self._status_line(time.time() - start)
+                    last_status = now
+                if now - last_summary > SUMMARY_EVERY_S:
+                    self._write_summaries()
+                    last_summary = now
+                if time.time() - start > cfg.train_for_seconds:
+                    log(f"--train_for_seconds={cfg.train_for_seconds} reached")
+                    break
+                time.sleep(POLL_EVERY_S)
+        except KeyboardInterrupt:
+            status = 1
+        except ray.exceptions.RayActorError as e:  # a group that cannot start, or died for good
+            log(f"ERROR: a node group stopped for good: {_first_line(e)}")
+            status = 1
+        finally:
+            for s, handler in previous.items():
+                signal.signal(s, handler)
+            statuses = []
+            for g, a in enumerate(self.actors):
+                try:
+                    statuses.append(ray.get(a.stop.remote()))
+                    self._take_one(g, ray.get(a.poll.remote()))
+                except ray.exceptions.RayActorError:
+                    statuses.append(None)
+            if any(s != 0 for s in statuses) and status == 0:
+                status = 1
+            if self.pbt is not None:
+                self.pbt.save()
+            self._write_summaries()
+            self._save_population(statuses)
+            for w in self.writers.values():
+                w.close()
+            self.run_lock.release()
+            for a in self.actors:
+                ray.kill(a, no_restart=True)
+            if started_ray:
+                ray.shutdown()
+        if stop["asked"]:
+            status = 1
+        self._status_line(None)
+        best = int(np.argmax([np.mean(r) if r else -np.inf for r in self.recent]))
+        print(
+            f"Results in {self.exp_dir}: population.json, pbt/ (state, lineage), .summary/ "
+            f"(TensorBoard), groups/g*/ (each node group's run and checkpoints). Next:\n"
+            f"  watch member {best} (the best): python -m launch.enjoy --env={cfg.env} "
+            f"--experiment={cfg.experiment} --train_dir={cfg.train_dir} --policy={best}",
+            flush=True,
+        )
+        return status
+
+    # --- what the groups report -------------------------------------------------------------
+    def _take(self, polls: list[dict]) -> None:
+        for g, poll in enumerate(polls):
+            self._take_one(g, poll)
+
+    def _take_one(self, g: int, poll: dict) -> None:
+        ids = self.groups[g]
+        restarted = self.started_at.get(g) not in (None, poll["started_at"])
+        if restarted:
+            log(f"node group {g} was restarted by Ray: its members resume from checkpoints")
+        if (restarted or g not in self.started_at) and not poll["finished"]:
+            self._send_values(g)
+        self.started_at[g] = poll["started_at"]
+        for m, steps in enumerate(poll["env_steps"]):
+            self.env_steps[ids[m]] = max(self.env_steps[ids[m]], int(steps))
+        for m, objective in poll["episodes"]:
+            gid = ids[m]
+            self.recent[gid] = (self.recent[gid] + [objective])[-100:]
+            if self.pbt is not None:
+                self.pbt.record_episode(gid, objective)
+        for m, seconds, across in poll["copy_latencies"]:
+            self.copy_latencies.append((ids[m], seconds, across))
+        self.finished[g] = poll["status"] if poll["finished"] else None
+
+    def _send_values(self, g: int) -> None:
+        """The PBT values of group g's members (restored ones on a resume or a restart)."""
+        if self.pbt is None:
+            return
+        import ray
+
+        pbt, actor = self.pbt, self.actors[g]
+        calls = [
+            actor.apply.remote(m, None, dict(pbt.hparams[gid]), pbt.shaping[gid])
+            for m, gid in enumerate(self.groups[g])
+        ]
+        try:
+            ray.get(calls)
+        except (ray.exceptions.RayError, RuntimeError, TimeoutError) as e:
+            log(f"node group {g} did not take its PBT values: {_first_line(e)}")
+
+    # --- PBT across groups ------------------------------------------------------------------
+    def _pbt_step(self) -> None:
+        import ray
+
+        for d in self.pbt.update(list(self.env_steps)):
+            target = self.member[d.policy_id]
+            actor = self.actors[target.group]
+            try:
+                if d.source_id is None or self.member[d.source_id].group == target.group:
+                    source = None if d.source_id is None else self.member[d.source_id].local
+                    ray.get(actor.apply.remote(target.local, source, dict(d.hparams), d.shaping))
+                else:
+                    self._copy_across(d, target)
+            except (ray.exceptions.RayError, RuntimeError, TimeoutError) as e:
+                # a group restarting (or stopping) meanwhile: it resumes from its checkpoint and
+                # gets its PBT values again when it is back; the copy itself is lost
+                log(f"PBT: the decision for p{d.policy_id} was not carried out: {_first_line(e)}")
+                self._failed_copies += 1
+            log(d.log_line)
+
+    def _copy_across(self, d, target: Member) -> None:
+        import ray
+
+        decided = time.time()
+        source = self.member[d.source_id]
+        state = self.actors[source.group].export.remote(source.local)  # stays in the store
+        same = ray.get(
+            self.actors[target.group].import_state.remote(
+                target.local, state, dict(d.hparams), d.shaping, decided
+            )
+        )
+        record = {
+            "time": decided,
+            "env_steps": self.env_steps[d.policy_id],
+            "target": d.policy_id,
+            "source": d.source_id,
+            "target_group": target.group,
+            "source_group": source.group,
+            "copied_s": round(time.time() - decided, 4),
+            "bit_exact": same,
+        }
+        self.copies.append(record)
+        what = "bit for bit" if same else "BUT THE STATE READ BACK DIFFERS"
+        log(
+            f"PBT: p{d.policy_id} (group {target.group}) took p{d.source_id}'s state from group "
+            f"{source.group} in {record['copied_s']:.2f} s, {what}"
+        )
+
+    # --- output -----------------------------------------------------------------------------
+    def _status_line(self, elapsed: Optional[float]) -> None:
+        total = sum(self.env_steps)
+        slowest = min(self.env_steps)
+        share = min(1.0, slowest / max(1, self.cfg.train_for_env_steps))
+        head = f"[{elapsed:.0f}s] " if elapsed is not None else "done: "
+        objectives = [f"{np.mean(r):.2f}" if r else "-" for r in self.recent]
+        log(
+            f"{head}{total:,} env steps in all, {share:.0%} of the budget (slowest member "
+            f"{slowest:,}); objectives {' '.join(objectives)}"
+        )
+
+    def _write_summaries(self) -> None:
+        try:
+            from tensorboardX import SummaryWriter
+        except ImportError:  # a core dependency; the guard keeps a broken install running
+            return
+        for gid in range(self.cfg.num_policies):
+            w = self.writers.get(gid)
+            if w is None:
+                w = SummaryWriter(os.path.join(self.exp_dir, ".summary", f"p{gid}"))
+                self.writers[gid] = w
+            steps = self.env_steps[gid]
+            if self.recent[gid]:
+                w.add_scalar("population/objective", float(np.mean(self.recent[gid])), steps)
+            w.add_scalar("population/node_group", self.member[gid].group, steps)
+            w.flush()
+
+    def _save_population(self, statuses: list) -> None:
+        across = [round(s, 4) for _, s, a in self.copy_latencies if a]
+        inside = [round(s, 4) for _, s, a in self.copy_latencies if not a]
+        atomic_write_json(
+            self._population_path(),
+            {
+                "groups": {f"g{g}": ids for g, ids in enumerate(self.groups)},
+                "env_steps": self.env_steps,
+                "statuses": statuses,
+                "cross_group_copies": self.copies,
+                "decisions_not_carried_out": self._failed_copies,
+                # decision -> the target's first update after the copy
+                "first_update_after_copy_s": {"across_groups": across, "inside_groups": inside},
+                "objectives": [float(np.mean(r)) if r else None for r in self.recent],
+            },
+        )
+
+
+def _first_line(e: BaseException) -> str:
+    lines = [line.strip() for line in str(e).splitlines() if line.strip()]
+    errors = [line for line in lines if "Error" in line and not line.startswith("File")]
+    return (errors[-1] if errors else lines[0] if lines else type(e).__name__)[:300]
+
+
+def run(cfg: Cfg) -> int:
+    return PopulationDriver(cfg).run()

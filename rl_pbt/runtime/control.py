@@ -1,0 +1,128 @@
+"""A run steered from outside: the seam between one node group and a population spread over
+several machines.
+
+A node group is an ordinary run of some of the population's members (its own learners and
+rollout workers) whose PBT decisions come from elsewhere. `GroupControl` is its door: the
+population driver (on another thread, reached through Ray) submits commands and collects what
+the group saw; the runner serves the commands and hands over its records at each tick of its
+loop. Nothing here knows of Ray.
+
+Commands, in the group's own (local) policy ids:
+- `Apply(policy, source, hparams, shaping)`: a PBT decision inside the group (source local or
+  None), carried out as the runner's own PBT step would;
+- `Export(policy)`: the member's whole state (weights, normalisers, Adam moments and step) as
+  one flat tensor, the same bytes a copy inside the group moves;
+- `Import(policy, state, hparams, shaping, decided_at)`: a copy from a member of another group.
+"""
+
+from __future__ import annotations
+
+import queue
+import threading
+from dataclasses import dataclass, field
+from typing import Any, Optional
+
+import torch
+
+
+@dataclass
+class Apply:
+    policy: int
+    source: Optional[int]
+    hparams: dict[str, float]
+    shaping: Optional[dict]
+
+
+@dataclass
+class Export:
+    policy: int
+
+
+@dataclass
+class Import:
+    policy: int
+    state: torch.Tensor
+    hparams: dict[str, float]
+    shaping: Optional[dict]
+    decided_at: float
+
+
+class Reply:
+    """The answer to one command, set by the runner's thread, awaited by the caller's."""
+
+    def __init__(self):
+        self._done = threading.Event()
+        self._value: Any = None
+        self._error: Optional[str] = None
+
+    def set(self, value: Any = None, error: Optional[str] = None) -> None:
+        self._value, self._error = value, error
+        self._done.set()
+
+    def wait(self, timeout: float) -> Any:
+        if not self._done.wait(timeout):
+            raise TimeoutError(f"no answer within {timeout:g} s")
+        if self._error is not None:
+            raise RuntimeError(self._error)
+        return self._value
+
+
+@dataclass
+class Records:
+    """What a group saw since the last `take_records()`."""
+
+    episodes: list[tuple[int, float]] = field(default_factory=list)  # (policy, objective)
+    # (policy, seconds from the decision to the first update after the copy, across groups)
+    copy_latencies: list[tuple[int, float, bool]] = field(default_factory=list)
+
+
+class GroupControl:
+    def __init__(self):
+        self._commands: queue.Queue = queue.Queue()
+        self._lock = threading.Lock()
+        self._records = Records()
+        self.stop_requested = False
+        self.waiting_exports: dict[int, list[Reply]] = {}  # runner side: policy -> replies
+        self.imported: set[int] = set()  # runner side: copies from another group in flight
+
+    # --- the driver's side ------------------------------------------------------------------
+    def submit(self, command) -> Reply:
+        reply = Reply()
+        self._commands.put((command, reply))
+        return reply
+
+    def take_records(self) -> Records:
+        with self._lock:
+            out, self._records = self._records, Records()
+        return out
+
+    def request_stop(self) -> None:
+        self.stop_requested = True
+
+    # --- the runner's side ------------------------------------------------------------------
+    def pending(self) -> list[tuple[Any, Reply]]:
+        out = []
+        while True:
+            try:
+                out.append(self._commands.get_nowait())
+            except queue.Empty:
+                return out
+
+    def record_episode(self, policy: int, objective: float) -> None:
+        with self._lock:
+            self._records.episodes.append((policy, float(objective)))
+
+    def record_copy_latency(self, policy: int, seconds: float) -> None:
+        across = policy in self.imported
+        self.imported.discard(policy)
+        with self._lock:
+            self._records.copy_latencies.append((policy, float(seconds), across))
+
+    def fail_all(self, why: str) -> None:
+        """The run ended: every command not served gets `why` as its error."""
+        for _, reply in self.pending():
+            reply.set(error=why)
+        for replies in self.waiting_exports.values():
+            for reply in replies:
+                reply.set(error=why)
+        self.waiting_exports.clear()

@@ -1,0 +1,138 @@
+"""A population over Ray: a 2-node cluster on this machine (one CPU each), 4 CartPole members in
+2 node groups, one PBT across both. The run learns, PBT copies members across groups bit for
+bit, a group whose actor is killed is restarted by Ray and resumes from its checkpoints, and a
+re-run restores the same PBT state and lineage."""
+
+import importlib.util
+import json
+import os
+import subprocess
+import sys
+import threading
+import time
+
+import pytest
+
+from launch import train as train_cli
+from rl_pbt import parse_cfg, train
+from rl_pbt.learning.checkpoints import latest_checkpoint
+from rl_pbt.logging.files import checkpoint_dir
+from tests.small_run import CARTPOLE_LEARN
+
+ray = pytest.importorskip("ray")
+
+FLAGS = [
+    "--env=CartPole-v1",
+    *CARTPOLE_LEARN,  # with the overrides below (later flags win)
+    "--num_policies=4",
+    "--policies_per_node=2",
+    "--with_pbt",
+    "--pbt_period_env_steps=20000",
+    "--pbt_start_mutation=20000",
+    "--num_workers=1",
+    "--train_for_env_steps=200000",
+    "--save_every_sec=3",
+    "--seed=3",
+]
+
+
+@pytest.fixture(scope="module")
+def cluster():
+    from ray.cluster_utils import Cluster
+
+    c = Cluster(initialize_head=True, head_node_args={"num_cpus": 1})
+    c.add_node(num_cpus=1)
+    ray.init(address=c.address, configure_logging=False)
+    yield c
+    ray.shutdown()
+    c.shutdown()
+
+
+def read(path):
+    with open(path) as f:
+        return f.read()
+
+
+def kill_group_when_checkpointed(exp_dir, name, out):
+    """Kill node group g1's actor (Ray restarts it) once its first checkpoint is on disk."""
+    folder = os.path.join(exp_dir, "groups", "g1", "checkpoint_p0")
+    deadline = time.time() + 240
+    while time.time() < deadline:
+        if os.path.isdir(folder) and os.listdir(folder):
+            time.sleep(2.0)
+            ray.kill(ray.get_actor(name), no_restart=False)
+            out["killed"] = time.time()
+            return
+        time.sleep(0.5)
+
+
+def test_population_over_two_nodes(cluster, tmp_path, capsys):
+    flags = [
+        *FLAGS,
+        f"--ray_address={cluster.address}",
+        f"--train_dir={tmp_path}",
+        "--experiment=pop",
+    ]
+    exp = os.path.join(tmp_path, "pop")
+    killed = {}
+    killer = threading.Thread(
+        target=kill_group_when_checkpointed, args=(exp, "rl_pbt_pop_g1", killed), daemon=True
+    )
+    killer.start()
+    assert train(parse_cfg(flags)) == 0
+    out = capsys.readouterr().out
+    assert killed, "group g1 was never killed"
+    assert "node group 1 was restarted by Ray" in out
+
+    population = json.loads(read(os.path.join(exp, "population.json")))
+    # every member trained its whole budget, the killed group's included
+    assert min(population["env_steps"]) >= 200_000
+    # the population learned: its best member at the usual CartPole bar
+    assert max(population["objectives"]) >= 195, population["objectives"]
+    # PBT copied members across node groups, each checked bit for bit on arrival
+    across = population["cross_group_copies"]
+    assert across, "no copy between node groups"
+    assert all(c["bit_exact"] for c in across)
+    assert all(c["source_group"] != c["target_group"] for c in across)
+
+    # enjoy and match find member 3 in its node group's folder
+    assert checkpoint_dir(exp, 3) == os.path.join(exp, "groups", "g1", "checkpoint_p1")
+    assert latest_checkpoint(checkpoint_dir(exp, 3)) is not None
+
+    # a re-run with nothing left to train restores the same PBT values and lineage
+    state = json.loads(read(os.path.join(exp, "pbt", "state.json")))
+    lineage = read(os.path.join(exp, "pbt", "lineage.jsonl"))
+    assert train(parse_cfg(flags)) == 0
+    again = json.loads(read(os.path.join(exp, "pbt", "state.json")))
+    for key in ("hparams", "shaping_flat", "last_update"):
+        assert again[key] == state[key], key
+    assert read(os.path.join(exp, "pbt", "lineage.jsonl")) == lineage
+
+
+def test_ray_address_without_ray_is_one_line_naming_the_extra(tmp_path, monkeypatch, capsys):
+    real = importlib.util.find_spec
+    monkeypatch.setattr(
+        importlib.util, "find_spec", lambda name, *a: None if name == "ray" else real(name, *a)
+    )
+    code = train_cli.main(
+        ["--env=CartPole-v1", "--ray_address=auto", f"--train_dir={tmp_path}", "--experiment=x"]
+    )
+    err = capsys.readouterr().err
+    assert code == 2
+    assert err.count("\n") == 1 and "Traceback" not in err
+    assert "--ray_address=auto needs Ray" in err and '".[ray]"' in err
+    assert not os.path.exists(os.path.join(tmp_path, "x"))
+
+
+def test_a_run_without_ray_address_does_not_import_ray(tmp_path):
+    code = (
+        "import sys, envs\n"
+        "from rl_pbt import parse_cfg, train\n"
+        f"cfg = parse_cfg(['--env=CartPole-v1', '--serial_mode', '--train_for_env_steps=300', "
+        f"'--train_dir={tmp_path}', '--experiment=plain'])\n"
+        "assert train(cfg) == 0\n"
+        "assert 'ray' not in sys.modules, 'ray was imported'\n"
+    )
+    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    done = subprocess.run([sys.executable, "-c", code], cwd=root, capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr[-2000:]
