@@ -208,8 +208,11 @@ class RolloutWorker(ServerActing):
         self.unscored = np.zeros(self.num_actors, dtype=bool)  # episode not to be reported
         for e, env in enumerate(self.envs):
             self._beat(hb.RESETTING, e)
-            if hasattr(env, "seed_episodes"):  # every episode from a seeded reset
-                env.seed_episodes(int(self.rng.integers(2**31)), keep_actions=self.cfg.serial_mode)
+            if self.cfg.serial_mode and hasattr(env, "seed_episodes"):
+                # every episode from a seeded reset, its actions kept: a stop can then save the
+                # env as a replay (serial_state.py). Only here: reseeding may cost (Atari
+                # reloads its ROM), and parallel runs do not save it
+                env.seed_episodes(int(self.rng.integers(2**31)))
             obs_list, _ = self._env_call(
                 e, "reset()", env.reset, seed=int(self.rng.integers(2**31))
             )
