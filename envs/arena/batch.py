@@ -730,5 +730,38 @@ class ArenaBatch(BatchedMultiAgentEnv):
         obs[:, :, L.health_pickup : L.rays] = pickup_features
         return obs
 
+    # every array a step or a reset changes (the rest is fixed at construction)
+    _STATE = (
+        "t",
+        "cell",
+        "facing",
+        "health",
+        "ammo",
+        "cooldown",
+        "alive",
+        "pickup_cell",
+        "pickup_timer",
+        "_coeffs",
+        "events",
+    )
+
+    def get_state(self) -> dict:
+        """Every copy's game as plain data (arrays, numbers, dicts): a serial run saves it at
+        a stop and `set_state` puts it back, so that the run resumes exactly."""
+        out = {k: getattr(self, k).copy() for k in self._STATE}
+        out["teams_standing"] = self._teams_standing
+        out["rngs"] = [r.bit_generator.state for r in self._rngs]
+        return out
+
+    def set_state(self, state: dict) -> None:
+        for k in self._STATE:
+            getattr(self, k)[...] = state[k]
+        self._teams_standing = bool(state["teams_standing"])
+        self._rngs = []
+        for saved in state["rngs"]:
+            rng = np.random.default_rng()
+            rng.bit_generator.state = saved
+            self._rngs.append(rng)
+
     def close(self) -> None:
         """Nothing to release."""

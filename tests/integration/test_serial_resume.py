@@ -187,3 +187,25 @@ def test_a_multi_agent_env_with_get_state_resumes_exactly(tmp_path, monkeypatch)
     for p in range(2):
         assert got[p]["version"] == expected[p]["version"] > 0
         assert torch.equal(flat(got[p]), flat(expected[p])), f"policy {p} differs after resume"
+
+
+def test_the_arena_resumes_exactly(tmp_path, monkeypatch):
+    """The built-in batched game saves its copies through get_state()/set_state()."""
+    import envs  # noqa: F401  (registers the arena)
+
+    extra = ["--env=arena_duel", "--num_envs_per_worker=8", "--train_for_env_steps=4000"]
+    extra += ["--batch_size=128", "--encoder_mlp_layers", "32"]
+    status, whole = run(tmp_path, "whole", *extra)
+    assert status == 0
+    expected = final_states(whole)
+    with monkeypatch.context() as m:
+        stop_at_tick(m, 61)
+        assert run(tmp_path, "stopped", *extra)[0] == 1
+    assert os.path.isfile(serial_state.state_path(os.path.join(tmp_path, "stopped")))
+    mid = final_states(os.path.join(tmp_path, "stopped"))
+    assert 0 < mid[0]["version"] < expected[0]["version"]  # stopped half way
+    status, exp = run(tmp_path, "stopped", *extra)
+    got = final_states(exp)
+    for p in range(2):
+        assert got[p]["version"] == expected[p]["version"] > 0
+        assert torch.equal(flat(got[p]), flat(expected[p])), f"policy {p} differs after resume"
