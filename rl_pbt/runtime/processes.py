@@ -159,7 +159,6 @@ def policy_share(cfg: Cfg, num_agents: int, worker_idx: int) -> Optional[list[in
     if (
         num_agents != 1
         or cfg.serial_mode
-        or cfg.num_workers < 2
         or cfg.num_policies % cfg.num_workers != 0
     ):
         return None
