@@ -32,6 +32,7 @@ from rl_pbt.learning.learner import default_hparams
 from rl_pbt.logging.files import POPULATION_FILE, atomic_write_json
 from rl_pbt.runtime.devices import derive_seed, fresh_seed
 from rl_pbt.runtime.run_lock import RunLock
+from rl_pbt.sampling.matchmaking import SNAPSHOT_PREFIX
 
 POLL_EVERY_S = 1.0
 STATUS_EVERY_S = 10.0
@@ -88,6 +89,7 @@ class PopulationDriver:
         self.recent: list[list[float]] = [[] for _ in range(cfg.num_policies)]
         self.writers: dict[int, Any] = {}  # member -> its TensorBoard writer
         self._failed_copies = 0  # decisions a group could not carry out (it was restarting)
+        self.shared_snapshots = 0  # snapshots sent to the other groups
 
     def _make_pbt(self):
         from rl_pbt.config.policy_values import load_policy_values
@@ -253,6 +255,9 @@ class PopulationDriver:
                 self.pbt.record_episode(gid, objective)
         for m, seconds, across in poll["copy_latencies"]:
             self.copy_latencies.append((ids[m], seconds, across))
+        if len(self.groups) > 1 and not poll["finished"]:
+            for sid, m, steps in poll["snapshots"]:
+                self._share_snapshot(g, sid, ids[m], steps)
         self.finished[g] = poll["status"] if poll["finished"] else None
 
     def _send_values(self, g: int) -> None:
@@ -270,6 +275,21 @@ class PopulationDriver:
             ray.get(calls)
         except (ray.exceptions.RayError, RuntimeError, TimeoutError) as e:
             log(f"node group {g} did not take its PBT values: {_first_line(e)}")
+
+    # --- self-play across groups -------------------------------------------------------------
+    def _share_snapshot(self, g: int, sid: str, member: int, steps: int) -> None:
+        """Group g froze a snapshot of `member`: it joins every other group's pool of
+        opponents, its weights shipped once through the object store."""
+        import ray
+
+        weights = self.actors[g].export_snapshot.remote(sid)  # stays in the store
+        name = foreign_snapshot_id(member, steps)
+        others = [a for h, a in enumerate(self.actors) if h != g and self.finished.get(h) is None]
+        try:
+            ray.get([a.add_snapshot.remote(name, weights) for a in others])
+            self.shared_snapshots += 1
+        except (ray.exceptions.RayError, RuntimeError, TimeoutError) as e:
+            log(f"snapshot {name} not shared: {_first_line(e)}")
 
     # --- PBT across groups ------------------------------------------------------------------
     def _pbt_step(self) -> None:
@@ -358,11 +378,18 @@ class PopulationDriver:
                 "statuses": statuses,
                 "cross_group_copies": self.copies,
                 "decisions_not_carried_out": self._failed_copies,
+                "snapshots_shared_between_groups": self.shared_snapshots,
                 # decision -> the target's first update after the copy
                 "first_update_after_copy_s": {"across_groups": across, "inside_groups": inside},
                 "objectives": [float(np.mean(r)) if r else None for r in self.recent],
             },
         )
+
+
+def foreign_snapshot_id(member: int, env_steps: int) -> str:
+    """A snapshot's name in the pools of the other node groups: by global member id, which
+    no group's own snapshots use ('snap:m3@1200000' for member 3 at 1.2M env steps)."""
+    return f"{SNAPSHOT_PREFIX}m{int(member)}@{int(env_steps)}"
 
 
 def _first_line(e: BaseException) -> str:

@@ -19,7 +19,14 @@ import torch
 
 from rl_pbt.config.parse import Cfg
 from rl_pbt.envs.registry import restore_registry
-from rl_pbt.runtime.control import Apply, Export, GroupControl, Import
+from rl_pbt.runtime.control import (
+    AddSnapshot,
+    Apply,
+    Export,
+    ExportSnapshot,
+    GroupControl,
+    Import,
+)
 from rl_pbt.runtime.devices import derive_seed
 
 REPLY_TIMEOUT_S = 120.0
@@ -76,6 +83,7 @@ class NodeGroup:
             "versions": [int(x) for x in r.versions],
             "episodes": records.episodes,
             "copy_latencies": records.copy_latencies,
+            "snapshots": records.snapshots,
             "frames": int(r.stats.total_frames) if hasattr(r.stats, "total_frames") else None,
             "finished": self.status is not None,
             "status": self.status,
@@ -97,6 +105,15 @@ class NodeGroup:
         echo = self._ask(Import(policy, state, hparams, shaping, decided_at))
         n = state.numel()
         return bool(torch.equal(echo[:n], state.reshape(-1).to(echo.dtype)))
+
+    def export_snapshot(self, snapshot: str) -> tuple[torch.Tensor, int]:
+        """A frozen snapshot of this group: (its packed weights, their version)."""
+        return self._ask(ExportSnapshot(snapshot))
+
+    def add_snapshot(self, snapshot: str, weights: tuple[torch.Tensor, int]) -> None:
+        """Another group's snapshot joins this group's pool of frozen opponents."""
+        flat, version = weights
+        self._ask(AddSnapshot(snapshot, flat, version))
 
     def stop(self, timeout: float = 300.0) -> Optional[int]:
         self.control.request_stop()

@@ -604,9 +604,9 @@ class Learner:
                 return float(st["step"])
         return 0.0
 
-    def export_state(self) -> None:
+    def export_state(self, row: Optional[int] = None) -> None:
         """Whole state (weights, normalisers, Adam moments, step) -> this policy's transfer
-        row, packed on the device and copied out at once."""
+        row (or `row`), packed on the device and copied out at once."""
         step = self._adam_step()
         moments = self._adam_moments()
         flat = torch.cat(
@@ -617,7 +617,7 @@ class Learner:
                 torch.full((1,), step, dtype=torch.float32, device=self.device),
             ]
         )
-        self.params.write_transfer(self.policy_id, flat)
+        self.params.write_transfer(self.policy_id if row is None else row, flat)
 
     def import_state(self, source_id: int) -> None:
         """Take the source's exported state. Experience in flight from before the copy is

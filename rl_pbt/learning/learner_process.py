@@ -80,7 +80,9 @@ class LearnerHost:
             self.learners[msg.policy_id].export_state()
             self.learner_queues[msg.then.policy_id].put(msg.then)
         elif isinstance(msg, ExportDone):
-            self.report_queue.put(LearnerEvent(msg.policy_id, "exported", ""))
+            self.report_queue.put(
+                LearnerEvent(msg.policy_id, "exported", "", {"row": msg.policy_id})
+            )
         elif isinstance(msg, ApplyPBT):
             self._beat(hb.PBT, msg.policy_id)
             learner = self.learners[msg.policy_id]
@@ -88,9 +90,10 @@ class LearnerHost:
                 learner.import_state(msg.source_id)
             learner.set_hparams(msg.hparams)  # after the copy: the copy must not overwrite them
             learner.publish()
-            if msg.export_after:
-                learner.export_state()
-                self.report_queue.put(LearnerEvent(msg.policy_id, "exported", ""))
+            if msg.export_to is not None:
+                learner.export_state(msg.export_to)
+                event = LearnerEvent(msg.policy_id, "exported", "", {"row": msg.export_to})
+                self.report_queue.put(event)
             self.report_queue.put(
                 LearnerEvent(
                     msg.policy_id,

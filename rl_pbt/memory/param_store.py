@@ -120,6 +120,11 @@ class ParamStore:
         unpack_state(model, buf)
         return version
 
+    def read_flat(self, row: int, timeout: float = 5.0) -> tuple[torch.Tensor, int]:
+        """(a copy of `row`'s packed weights, their version): what `publish_flat` takes."""
+        buf, version = _consistent_copy(self.flat, self.seq, row, timeout, "weights", self.version)
+        return buf, int(version)
+
     def write_transfer(self, row: int, flat: torch.Tensor) -> None:
         """Export a whole learner state (on any device: one copy), guarded like `publish`."""
         self.transfer_seq[row] += 1

@@ -12,7 +12,9 @@ Commands, in the group's own (local) policy ids:
   None), carried out as the runner's own PBT step would;
 - `Export(policy)`: the member's whole state (weights, normalisers, Adam moments and step) as
   one flat tensor, the same bytes a copy inside the group moves;
-- `Import(policy, state, hparams, shaping, decided_at)`: a copy from a member of another group.
+- `Import(policy, state, hparams, shaping, decided_at)`: a copy from a member of another group;
+- `ExportSnapshot(snapshot)`, `AddSnapshot(snapshot, weights, version)`: self-play, a frozen
+  snapshot of a member of one group becomes an opponent in the others.
 """
 
 from __future__ import annotations
@@ -47,6 +49,18 @@ class Import:
     decided_at: float
 
 
+@dataclass
+class ExportSnapshot:
+    snapshot: str  # a snapshot of this group, as it names it
+
+
+@dataclass
+class AddSnapshot:
+    snapshot: str  # a name unique in the population (see foreign_snapshot_id)
+    weights: torch.Tensor
+    version: int
+
+
 class Reply:
     """The answer to one command, set by the runner's thread, awaited by the caller's."""
 
@@ -74,6 +88,7 @@ class Records:
     episodes: list[tuple[int, float]] = field(default_factory=list)  # (policy, objective)
     # (policy, seconds from the decision to the first update after the copy, across groups)
     copy_latencies: list[tuple[int, float, bool]] = field(default_factory=list)
+    snapshots: list[tuple[str, int, int]] = field(default_factory=list)  # (id, policy, steps)
 
 
 class GroupControl:
@@ -117,6 +132,10 @@ class GroupControl:
         self.imported.discard(policy)
         with self._lock:
             self._records.copy_latencies.append((policy, float(seconds), across))
+
+    def record_snapshot(self, snapshot: str, policy: int, env_steps: int) -> None:
+        with self._lock:
+            self._records.snapshots.append((snapshot, policy, env_steps))
 
     def fail_all(self, why: str) -> None:
         """The run ended: every command not served gets `why` as its error."""

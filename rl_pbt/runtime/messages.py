@@ -76,9 +76,9 @@ class ApplyPBT:
     policy_id: int
     source_id: Optional[int]
     hparams: dict[str, float]
-    # then export the new state at once (before any update): a copy from another node group
-    # reads it back to check it arrived whole
-    export_after: bool = False
+    # then export the new state at once (before any update) into this transfer row: a copy
+    # from another node group reads it back to check it arrived whole
+    export_to: Optional[int] = None
 
 
 @dataclass

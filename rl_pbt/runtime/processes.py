@@ -156,11 +156,7 @@ def policy_share(cfg: Cfg, num_agents: int, worker_idx: int) -> Optional[list[in
     """Single-agent envs: worker w plays policies p with p % num_workers == w (when that
     splits the population evenly), so its fused forward reads a fraction of the weights;
     every policy still gets an equal share of experience."""
-    if (
-        num_agents != 1
-        or cfg.serial_mode
-        or cfg.num_policies % cfg.num_workers != 0
-    ):
+    if num_agents != 1 or cfg.serial_mode or cfg.num_policies % cfg.num_workers != 0:
         return None
     return list(range(worker_idx, cfg.num_policies, cfg.num_workers))
 

@@ -52,7 +52,14 @@ from rl_pbt.models.actor_critic import make_actor_critic
 from rl_pbt.pbt.search_space import flatten_shaping, unflatten_shaping
 from rl_pbt.runtime import heartbeat as hb
 from rl_pbt.runtime import serial_state
-from rl_pbt.runtime.control import Apply, Export, GroupControl, Import
+from rl_pbt.runtime.control import (
+    AddSnapshot,
+    Apply,
+    Export,
+    ExportSnapshot,
+    GroupControl,
+    Import,
+)
 from rl_pbt.runtime.devices import (
     derive_seed,
     describe,
@@ -101,7 +108,13 @@ from rl_pbt.sampling.inference_server import (
     InferenceServer,
     inference_process_main,
 )
-from rl_pbt.sampling.matchmaking import SnapshotPool, is_snapshot, scripted_seat, snapshot_id
+from rl_pbt.sampling.matchmaking import (
+    SnapshotPool,
+    is_snapshot,
+    parse_snapshot_id,
+    scripted_seat,
+    snapshot_id,
+)
 from rl_pbt.sampling.worker_process import worker_process_main
 
 ELO_SAVE_EVERY_S = 30.0  # elo.json is also written at every stop
@@ -267,7 +280,10 @@ class Runner:
             recurrence(cfg),
         )
         rows = cfg.num_policies + (cfg.selfplay_snapshot_pool_size if self.use_snapshots else 0)
-        self.params = ParamStore.for_model(rows, template)
+        # one more row: a state copied in from another node group lands there (never in the
+        # target's own transfer row, which a copy inside the group may be reading)
+        self.incoming_row = rows
+        self.params = ParamStore.for_model(rows + 1, template)
         self.free_queue = make_queue(cfg.serial_mode, max_size_bytes=4_000_000)
         self.pool = SlotPool(self.buffers, self.free_queue)
         self.pool.fill()
@@ -904,6 +920,9 @@ class Runner:
                 if msg.kind == "snapshot_published" and msg.data["id"] in self.snapshot_row_of:
                     self.snapshot_rows[msg.data["id"]] = msg.data["row"]
                     self._broadcast_snapshots()
+                    if self.control is not None:  # for the other node groups too
+                        p, steps = parse_snapshot_id(msg.data["id"])
+                        self.control.record_snapshot(msg.data["id"], p, steps)
                 if msg.kind == "loaded":
                     log(f"policy {msg.policy_id}: {msg.detail}")
                 if msg.kind == "copy_trained" and msg.policy_id in self.copy_decided_at:
@@ -917,7 +936,7 @@ class Runner:
                     if self.control is not None:
                         self.control.record_copy_latency(msg.policy_id, trained)
                 if msg.kind == "exported" and self.control is not None:
-                    state = self.params.read_transfer(msg.policy_id).clone()
+                    state = self.params.read_transfer(msg.data["row"]).clone()
                     for reply in self.control.waiting_exports.pop(msg.policy_id, []):
                         reply.set(state)
 
@@ -967,15 +986,32 @@ class Runner:
                 p = command.policy
                 # the state goes in p's own transfer row, which p's learner then imports
                 state = command.state.to(torch.float32).reshape(-1)
-                self.params.write_transfer(p, state)
-                # exported again right after the import: the reply is that state, to compare
-                self.learner_queues[p].put(ApplyPBT(p, p, dict(command.hparams), export_after=True))
+                row = self.incoming_row  # the driver carries out one copy at a time
+                self.params.write_transfer(row, state)
+                # exported again right after the import (into the same row): the reply is that
+                # state, to compare with the one sent
+                self.learner_queues[p].put(ApplyPBT(p, row, dict(command.hparams), export_to=row))
                 self.control.waiting_exports.setdefault(p, []).append(reply)
                 self.copy_decided_at[p] = command.decided_at
                 self.control.imported.add(p)
                 if command.shaping is not None:
                     for q in self.worker_queues:
                         q.put(SetRewardShaping(p, command.shaping))
+            elif isinstance(command, ExportSnapshot):
+                row = self.snapshot_rows.get(command.snapshot)
+                if row is None:  # evicted meanwhile
+                    reply.set(error=f"snapshot {command.snapshot} is no longer in the pool")
+                else:
+                    reply.set(self.params.read_flat(row))
+            elif isinstance(command, AddSnapshot):
+                if self.use_snapshots and command.snapshot not in self.snapshot_row_of:
+                    row, _ = self._pool_row(command.snapshot)
+                    weights = command.weights.to(torch.float32).reshape(-1)
+                    self.params.publish_flat(row, weights, command.version)
+                    self.snapshot_rows[command.snapshot] = row
+                    self.elo.set_rating(command.snapshot, self.elo.initial)
+                    self._broadcast_snapshots()
+                reply.set()
             else:
                 reply.set(error=f"unknown command {command!r}")
 
@@ -990,21 +1026,27 @@ class Runner:
                 continue
             self.last_snapshot_steps[p] = self.env_steps[p]
             sid = snapshot_id(p, self.env_steps[p])
-            evicted = self.snapshots.add(sid)
-            if evicted is not None:
-                row = self.snapshot_row_of.pop(evicted)
-                self.snapshot_rows.pop(evicted, None)
-                self.elo.remove(evicted)
-                evicted_any = True
-            else:
-                row = self.num_policies + len(self.snapshot_row_of)
-            self.snapshot_row_of[sid] = row
+            row, evicted = self._pool_row(sid)
+            evicted_any |= evicted
             self.elo.set_rating(sid, self.elo.rating(p))
             self.learner_queues[p].put(PublishSnapshot(p, row, sid))
         if evicted_any:
             self._broadcast_snapshots()
         if self.cfg.matchmaking == "elo":
             self._send_ratings()
+
+    def _pool_row(self, sid: str) -> tuple[int, bool]:
+        """A param-store row for the new snapshot `sid`, the oldest one evicted from a full
+        pool; (row, whether one was evicted)."""
+        evicted = self.snapshots.add(sid)
+        if evicted is not None:
+            row = self.snapshot_row_of.pop(evicted)
+            self.snapshot_rows.pop(evicted, None)
+            self.elo.remove(evicted)
+        else:
+            row = self.num_policies + len(self.snapshot_row_of)
+        self.snapshot_row_of[sid] = row
+        return row, evicted is not None
 
     def _send_ratings(self) -> None:
         """Elo matchmaking: the workers get the ratings when they changed, at most once per

@@ -109,6 +109,40 @@ def test_population_over_two_nodes(cluster, tmp_path, capsys):
     assert read(os.path.join(exp, "pbt", "lineage.jsonl")) == lineage
 
 
+def test_self_play_snapshots_travel_between_node_groups(cluster, tmp_path):
+    """Arena self-play in 2 groups: each group's frozen snapshots join the other group's pool
+    of opponents, and games are played against them there."""
+    import envs  # noqa: F401  (registers the arena)
+
+    flags = [
+        "--env=arena_duel",
+        "--num_policies=4",
+        "--policies_per_node=2",
+        "--num_workers=1",
+        "--num_envs_per_worker=8",
+        "--selfplay_snapshot_prob=0.5",
+        "--selfplay_snapshot_every_env_steps=4000",
+        "--train_for_env_steps=30000",
+        "--seed=5",
+        f"--ray_address={cluster.address}",
+        f"--train_dir={tmp_path}",
+        "--experiment=sp",
+    ]
+    assert train(parse_cfg(flags)) == 0
+    exp = os.path.join(tmp_path, "sp")
+    population = json.loads(read(os.path.join(exp, "population.json")))
+    assert population["snapshots_shared_between_groups"] >= 2
+    for g, others in (("g0", ("m2", "m3")), ("g1", ("m0", "m1"))):
+        elo = json.loads(read(os.path.join(exp, "groups", g, "elo.json")))
+        # entries: [player, rating, games]; the other group's members' snapshots played here
+        foreign = [
+            games
+            for key, _, games in elo["entries"]
+            if isinstance(key, str) and key.startswith(tuple(f"snap:{m}@" for m in others))
+        ]
+        assert sum(foreign) > 0, f"{g} never played a snapshot of the other group"
+
+
 def test_ray_address_without_ray_is_one_line_naming_the_extra(tmp_path, monkeypatch, capsys):
     real = importlib.util.find_spec
     monkeypatch.setattr(
