@@ -83,7 +83,9 @@ class PopulationDriver:
         self.env_steps = [0] * cfg.num_policies
         self.started_at: dict[int, float] = {}
         self.finished: dict[int, Optional[int]] = {}
-        self.copies: list[dict[str, Any]] = self._read_population().get("cross_group_copies", [])
+        before = self._read_population()
+        self.copies: list[dict[str, Any]] = before.get("cross_group_copies", [])
+        self.group_nodes: dict[str, str] = dict(before.get("group_nodes", {}))
         # (member, seconds from the decision to its first update after the copy, across groups)
         self.copy_latencies: list[tuple[int, float, bool]] = []
         self.recent: list[list[float]] = [[] for _ in range(cfg.num_policies)]
@@ -150,6 +152,7 @@ class PopulationDriver:
                 num_gpus=cfg.ray_gpus_per_group,
                 max_restarts=GROUP_RESTARTS,
                 max_task_retries=-1,
+                **self._placement(g),
             ).remote(cfg_dict, g, ids, self.run_seed, registry)
             for g, ids in enumerate(self.groups)
         ]
@@ -233,6 +236,16 @@ class PopulationDriver:
         )
         return status
 
+    def _placement(self, g: int) -> dict:
+        """A resumed group goes back to the node it ran on, where its folder is, when that
+        node is alive and has room (soft affinity); else Ray places it anywhere."""
+        node = self.group_nodes.get(str(g))
+        if node is None:
+            return {}
+        from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+
+        return {"scheduling_strategy": NodeAffinitySchedulingStrategy(node_id=node, soft=True)}
+
     # --- what the groups report -------------------------------------------------------------
     def _take(self, polls: list[dict]) -> None:
         for g, poll in enumerate(polls):
@@ -246,6 +259,15 @@ class PopulationDriver:
         if (restarted or g not in self.started_at) and not poll["finished"]:
             self._send_values(g)
         self.started_at[g] = poll["started_at"]
+        node, before = poll.get("node_id"), self.group_nodes.get(str(g))
+        if node is not None and before is not None and node != before:
+            log(
+                f"node group {g} now runs on node {node[:12]}, not on {before[:12]} where it "
+                "ran before: it resumes from its folder only if that node sees it (a shared "
+                "filesystem)"
+            )
+        if node is not None:
+            self.group_nodes[str(g)] = node
         for m, steps in enumerate(poll["env_steps"]):
             self.env_steps[ids[m]] = max(self.env_steps[ids[m]], int(steps))
         for m, objective in poll["episodes"]:
@@ -374,6 +396,7 @@ class PopulationDriver:
             self._population_path(),
             {
                 "groups": {f"g{g}": ids for g, ids in enumerate(self.groups)},
+                "group_nodes": self.group_nodes,  # the Ray node each group last ran on
                 "env_steps": self.env_steps,
                 "statuses": statuses,
                 "cross_group_copies": self.copies,

@@ -50,6 +50,15 @@ def group_cfg(cfg: dict, index: int, members: list[int], run_seed: int) -> Cfg:
     return Cfg(out)
 
 
+def _node_id() -> Optional[str]:
+    try:
+        import ray
+
+        return ray.get_runtime_context().get_node_id()
+    except Exception:  # not inside Ray (a test building the group directly)
+        return None
+
+
 class NodeGroup:
     def __init__(self, cfg: dict, index: int, members: list[int], run_seed: int, registry: dict):
         restore_registry(registry)
@@ -58,6 +67,7 @@ class NodeGroup:
         self.index = index
         self.members = list(members)
         self.started_at = time.time()  # tells the driver when Ray restarted this group
+        self.node_id = _node_id()  # where its folder and checkpoints are
         self.status: Optional[int] = None
         self.error: Optional[str] = None
         self.control = GroupControl()
@@ -79,6 +89,7 @@ class NodeGroup:
         r = self.runner
         return {
             "started_at": self.started_at,
+            "node_id": self.node_id,
             "env_steps": [int(x) for x in r.env_steps],
             "versions": [int(x) for x in r.versions],
             "episodes": records.episodes,

@@ -102,7 +102,11 @@ def test_population_over_two_nodes(cluster, tmp_path, capsys):
     # a re-run with nothing left to train restores the same PBT values and lineage
     state = json.loads(read(os.path.join(exp, "pbt", "state.json")))
     lineage = read(os.path.join(exp, "pbt", "lineage.jsonl"))
+    nodes = population["group_nodes"]
+    assert len(set(nodes.values())) == 2  # one group per node (one CPU each)
     assert train(parse_cfg(flags)) == 0
+    # each group went back to the node where its folder is
+    assert json.loads(read(os.path.join(exp, "population.json")))["group_nodes"] == nodes
     again = json.loads(read(os.path.join(exp, "pbt", "state.json")))
     for key in ("hparams", "shaping_flat", "last_update"):
         assert again[key] == state[key], key
