@@ -654,6 +654,17 @@ class Runner:
             if why:
                 log(f"{why}: resuming from the checkpoints, with new episodes")
             return
+        try:  # the envs first: nothing else is touched before they are all back
+            for worker, saved in zip(workers, state["workers"]):
+                worker.restore_envs(saved)
+        except ValueError as e:
+            log(f"{serial_state.FILE_NAME} not used: {e}; resuming from the checkpoints, with "
+                "new episodes")  # fmt: skip
+            for i, worker in enumerate(workers):  # new workers, new envs, their slots back
+                worker.close()
+                self.pool.reclaim(i)
+                workers[i] = self._worker_factory(i, lambda: False, blocking=False)
+            return
         serial_state.restore(state, self.buffers, self.free_queue, learners, workers)
         log(f"resumed exactly where the run stopped ({serial_state.FILE_NAME}: envs replayed)")
 

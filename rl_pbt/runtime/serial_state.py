@@ -183,7 +183,8 @@ def load(exp_dir: str, cfg, buffers, learners: dict) -> tuple[Optional[dict], st
 
 def restore(state: dict, buffers, free_queue, learners: dict, workers: list) -> None:
     """Apply a state from `load` to a run whose components are built (learners loaded and
-    published, workers started): the random generators last, as everything else is set."""
+    published, workers started), its envs already back (`RolloutWorker.restore_envs`, first,
+    as it may fail): the random generators last, as everything else is set."""
     restore_buffers(buffers, free_queue, state["buffers"])
     for p, lr in learners.items():
         lr.load_run_state(state["learners"][p])

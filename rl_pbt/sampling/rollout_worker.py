@@ -761,14 +761,22 @@ class RolloutWorker(ServerActing):
             ),
         }
 
-    def load_state_dict(self, state: dict) -> None:
-        """Continue exactly where `state_dict()` was taken: envs rebuilt (replayed), the same
-        seats, slots, episode sums and random stream. Weights are read again from the store."""
+    def restore_envs(self, state: dict) -> None:
+        """Put every env back as `state_dict()` saw it (a gymnasium env replays its episode);
+        ValueError naming the env when one cannot (a replay that ends elsewhere)."""
         if self.batch is not None:
-            self.batch.set_state(state["envs"][0])
+            envs = [(-1, self.batch, state["envs"][0])]
         else:
-            for e, (env, env_state) in enumerate(zip(self.envs, state["envs"])):
-                self._env_call(e, "set_state()", env.set_state, env_state)
+            envs = [(e, env, s) for e, (env, s) in enumerate(zip(self.envs, state["envs"]))]
+        for e, env, env_state in envs:
+            try:
+                env.set_state(env_state)
+            except Exception as ex:
+                raise ValueError(f"{self._where(e)}: set_state() failed: {ex}") from ex
+
+    def load_state_dict(self, state: dict) -> None:
+        """Continue exactly where `state_dict()` was taken (after `restore_envs`): the same
+        seats, slots, episode sums and random stream. Weights are read again from the store."""
         self.rng.bit_generator.state = state["rng"]
         self.unscored = state["unscored"].copy()
         self.seat = list(state["seat"])

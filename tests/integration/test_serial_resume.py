@@ -209,3 +209,43 @@ def test_the_arena_resumes_exactly(tmp_path, monkeypatch):
     for p in range(2):
         assert got[p]["version"] == expected[p]["version"] > 0
         assert torch.equal(flat(got[p]), flat(expected[p])), f"policy {p} differs after resume"
+
+
+class Drifting(gym.Env):
+    """Ignores reset's seed (draws from its own unseeded stream): a replay ends elsewhere."""
+
+    observation_space = gym.spaces.Box(-1, 1, (3,), np.float32)
+    action_space = gym.spaces.Discrete(2)
+
+    def __init__(self):
+        self.rng, self.t = np.random.default_rng(), 0
+
+    def reset(self, seed=None, options=None):
+        self.t = 0
+        return self.rng.uniform(-1, 1, 3).astype(np.float32), {}
+
+    def step(self, action):
+        self.t += 1
+        obs = self.rng.uniform(-1, 1, 3).astype(np.float32)
+        return obs, float(action), False, self.t >= 40, {}
+
+
+def make_drifting(full_env_name, cfg, env_config, render_mode=None):
+    return Drifting()
+
+
+def test_an_env_that_replays_differently_resumes_from_the_checkpoints(
+    tmp_path, monkeypatch, capsys
+):
+    register_env("drifting_resume", make_drifting)
+    extra = ["--env=drifting_resume", "--train_for_env_steps=3000"]
+    with monkeypatch.context() as m:
+        stop_at_tick(m, 50)
+        assert run(tmp_path, "exp", *extra)[0] == 1
+    capsys.readouterr()
+    status, exp = run(tmp_path, "exp", *extra)
+    out = capsys.readouterr().out
+    assert status == 0
+    assert "serial_state.pt not used" in out and "set_state() failed" in out
+    assert "resumed exactly" not in out
+    assert min(s["env_steps"] for s in final_states(exp)) >= 3000
