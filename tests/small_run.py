@@ -1,4 +1,6 @@
-"""Flags shared by the short integration runs."""
+"""Flags (and a checkpoint view) shared by the short integration runs."""
+
+import torch
 
 # The small parallel layout of the short integration runs: 2 workers x 4 envs, rollout 16,
 # batch 128, a 32-unit MLP.
@@ -28,3 +30,26 @@ CARTPOLE_LEARN = [
     "--status_interval=10",
     "--exploration_loss_coeff=0.0",
 ]
+
+# The small serial CartPole run of the reproducibility tests: 2 policies, 1 worker x 4 envs.
+SERIAL_CARTPOLE = [
+    "--env=CartPole-v1",
+    "--serial_mode",
+    "--num_policies=2",
+    "--num_workers=1",
+    "--num_envs_per_worker=4",
+    "--rollout=16",
+    "--batch_size=64",
+    "--num_epochs=2",
+    "--num_batches_per_epoch=2",
+    "--encoder_mlp_layers",
+    "32",
+]
+
+
+def state_vector(state: dict) -> torch.Tensor:
+    """A checkpoint's weights and Adam moments as one vector, to compare runs exactly."""
+    tensors = list(state["model"].values())
+    for s in state["optimizer"]["state"].values():
+        tensors += [s["exp_avg"], s["exp_avg_sq"]]
+    return torch.cat([t.reshape(-1).double() for t in tensors])

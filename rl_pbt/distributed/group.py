@@ -95,7 +95,6 @@ class NodeGroup:
             "episodes": records.episodes,
             "copy_latencies": records.copy_latencies,
             "snapshots": records.snapshots,
-            "frames": int(r.stats.total_frames) if hasattr(r.stats, "total_frames") else None,
             "finished": self.status is not None,
             "status": self.status,
             "error": self.error,

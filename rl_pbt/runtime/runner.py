@@ -896,16 +896,17 @@ class Runner:
                 self.stats.add_sampling(msg.env_steps * self.cfg.env_frameskip)
                 for ep in msg.episodes:
                     self.stats.add_episode(ep)
-                    if self.pbt_on_episodes and isinstance(ep.policy_id, int):
-                        objective = ep.objective
-                        if objective is None:
+                    ranked = self.pbt_on_episodes or self.control is not None
+                    if not ranked or not isinstance(ep.policy_id, int):
+                        continue
+                    objective = ep.objective
+                    if objective is None:
+                        if self.pbt_on_episodes:
                             self.stats.warn_no_objective(ep.policy_id)
-                            objective = ep.episode_return
+                        objective = ep.episode_return
+                    if self.pbt_on_episodes:
                         self.pbt.record_episode(ep.policy_id, objective)
-                    if self.control is not None and isinstance(ep.policy_id, int):
-                        objective = ep.objective
-                        if objective is None:
-                            objective = ep.episode_return
+                    if self.control is not None:  # ranked by the population's driver
                         self.control.record_episode(ep.policy_id, objective)
                 for match in msg.matches:
                     if any(is_snapshot(s) and s not in self.snapshot_row_of for s in match.seats):

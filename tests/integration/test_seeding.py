@@ -9,22 +9,14 @@ import torch
 
 from rl_pbt import parse_cfg, train
 from rl_pbt.learning.checkpoints import read_checkpoint
+from tests.small_run import SERIAL_CARTPOLE
+from tests.small_run import state_vector as flat
 
 
 def serial_run(tmp_path, name, seed):
     cfg = parse_cfg(
         [
-            "--env=CartPole-v1",
-            "--serial_mode",
-            "--num_policies=2",
-            "--num_workers=1",
-            "--num_envs_per_worker=4",
-            "--rollout=16",
-            "--batch_size=64",
-            "--num_epochs=2",
-            "--num_batches_per_epoch=2",
-            "--encoder_mlp_layers",
-            "32",
+            *SERIAL_CARTPOLE,
             "--train_for_env_steps=6000",
             f"--seed={seed}",
             f"--train_dir={tmp_path}",
@@ -40,13 +32,6 @@ def serial_run(tmp_path, name, seed):
     with open(os.path.join(exp, "summary.json")) as f:
         summary = json.load(f)
     return states, summary
-
-
-def flat(state):
-    tensors = list(state["model"].values())
-    for s in state["optimizer"]["state"].values():
-        tensors += [s["exp_avg"], s["exp_avg_sq"]]
-    return torch.cat([t.reshape(-1).double() for t in tensors])
 
 
 def test_serial_run_repeats_with_a_seed_and_differs_without(tmp_path):

@@ -14,19 +14,12 @@ from rl_pbt import parse_cfg, register_env, train
 from rl_pbt.learning.checkpoints import read_checkpoint
 from rl_pbt.runtime import runner as runner_module
 from rl_pbt.runtime import serial_state
+from tests.small_run import SERIAL_CARTPOLE
+from tests.small_run import state_vector as flat
 
 FLAGS = [
-    "--env=CartPole-v1",
-    "--serial_mode",
-    "--num_policies=2",
+    *SERIAL_CARTPOLE,  # with the overrides below (later flags win)
     "--num_workers=2",
-    "--num_envs_per_worker=4",
-    "--rollout=16",
-    "--batch_size=64",
-    "--num_epochs=2",
-    "--num_batches_per_epoch=2",
-    "--encoder_mlp_layers",
-    "32",
     "--train_for_env_steps=5000",
     "--seed=7",
     "--status_interval=60",
@@ -46,13 +39,6 @@ def final_states(exp):
     return states
 
 
-def flat(state):
-    tensors = list(state["model"].values())
-    for s in state["optimizer"]["state"].values():
-        tensors += [s["exp_avg"], s["exp_avg_sq"]]
-    return torch.cat([t.reshape(-1).double() for t in tensors])
-
-
 def stop_at_tick(monkeypatch, n, sig=signal.SIGTERM):
     """The n-th tick of the run sends `sig` to this process, as a user's kill would."""
     real = runner_module.Runner._tick
@@ -67,31 +53,40 @@ def stop_at_tick(monkeypatch, n, sig=signal.SIGTERM):
     monkeypatch.setattr(runner_module.Runner, "_tick", tick)
 
 
+def stopped_and_resumed(tmp_path, monkeypatch, stop_tick, *extra):
+    """Train `extra` once uninterrupted ("whole"), once stopped by SIGTERM at `stop_tick` and
+    run again ("stopped"). Returns the final states of the whole run, the states at the stop,
+    the stopped run's and the re-run's exit status, and the final states after the resume."""
+    status, whole = run(tmp_path, "whole", *extra)
+    assert status == 0
+    expected = final_states(whole)
+    with monkeypatch.context() as m:
+        stop_at_tick(m, stop_tick)
+        stopped_status, exp = run(tmp_path, "stopped", *extra)
+    assert os.path.isfile(serial_state.state_path(exp))
+    mid = final_states(exp)
+    status, exp = run(tmp_path, "stopped", *extra)
+    return expected, mid, stopped_status, status, final_states(exp)
+
+
+def assert_same_training(got, expected):
+    for p in range(2):
+        assert got[p]["version"] == expected[p]["version"]
+        assert torch.equal(flat(got[p]), flat(expected[p])), f"policy {p} differs after resume"
+
+
 @pytest.mark.parametrize("stop_tick", [301, 515])
 def test_stopped_and_resumed_serial_run_equals_uninterrupted(
     tmp_path, monkeypatch, capsys, stop_tick
 ):
-    status, whole = run(tmp_path, "whole")
-    assert status == 0
-    expected = final_states(whole)
-
-    with monkeypatch.context() as m:
-        stop_at_tick(m, stop_tick)
-        status, exp = run(tmp_path, "stopped")
-    assert status == 1  # stopped by a signal
-    assert os.path.isfile(serial_state.state_path(exp))
-    mid = final_states(exp)
+    expected, mid, stopped, status, got = stopped_and_resumed(tmp_path, monkeypatch, stop_tick)
+    assert stopped == 1  # stopped by a signal
     assert 0 < mid[0]["version"] < expected[0]["version"]  # stopped half way
-    capsys.readouterr()
-
-    status, exp = run(tmp_path, "stopped")
     assert status == 0
     assert "resumed exactly where the run stopped" in capsys.readouterr().out
-    got = final_states(exp)
+    assert_same_training(got, expected)
     for p in range(2):
-        assert got[p]["version"] == expected[p]["version"]
         assert got[p]["env_steps"] == expected[p]["env_steps"]
-        assert torch.equal(flat(got[p]), flat(expected[p])), f"policy {p} differs after resume"
 
 
 def test_a_stale_or_crafted_state_file_is_not_used(tmp_path, monkeypatch, capsys):
@@ -175,18 +170,11 @@ def make_noisy_duel(full_env_name, cfg, env_config, render_mode=None):
 def test_a_multi_agent_env_with_get_state_resumes_exactly(tmp_path, monkeypatch):
     register_env("noisy_duel_resume", make_noisy_duel)
     extra = ["--env=noisy_duel_resume", "--train_for_env_steps=3000"]
-    status, whole = run(tmp_path, "whole", *extra)
-    assert status == 0
-    expected = final_states(whole)
-    with monkeypatch.context() as m:
-        stop_at_tick(m, 97)
-        assert run(tmp_path, "stopped", *extra)[0] == 1
-    assert 0 < final_states(os.path.join(tmp_path, "stopped"))[0]["version"]
-    status, exp = run(tmp_path, "stopped", *extra)
-    got = final_states(exp)
-    for p in range(2):
-        assert got[p]["version"] == expected[p]["version"] > 0
-        assert torch.equal(flat(got[p]), flat(expected[p])), f"policy {p} differs after resume"
+    expected, mid, stopped, _, got = stopped_and_resumed(tmp_path, monkeypatch, 97, *extra)
+    assert stopped == 1
+    assert 0 < mid[0]["version"]
+    assert_same_training(got, expected)
+    assert expected[0]["version"] > 0 and expected[1]["version"] > 0
 
 
 def test_the_arena_resumes_exactly(tmp_path, monkeypatch):
@@ -195,20 +183,11 @@ def test_the_arena_resumes_exactly(tmp_path, monkeypatch):
 
     extra = ["--env=arena_duel", "--num_envs_per_worker=8", "--train_for_env_steps=4000"]
     extra += ["--batch_size=128", "--encoder_mlp_layers", "32"]
-    status, whole = run(tmp_path, "whole", *extra)
-    assert status == 0
-    expected = final_states(whole)
-    with monkeypatch.context() as m:
-        stop_at_tick(m, 61)
-        assert run(tmp_path, "stopped", *extra)[0] == 1
-    assert os.path.isfile(serial_state.state_path(os.path.join(tmp_path, "stopped")))
-    mid = final_states(os.path.join(tmp_path, "stopped"))
+    expected, mid, stopped, _, got = stopped_and_resumed(tmp_path, monkeypatch, 61, *extra)
+    assert stopped == 1
     assert 0 < mid[0]["version"] < expected[0]["version"]  # stopped half way
-    status, exp = run(tmp_path, "stopped", *extra)
-    got = final_states(exp)
-    for p in range(2):
-        assert got[p]["version"] == expected[p]["version"] > 0
-        assert torch.equal(flat(got[p]), flat(expected[p])), f"policy {p} differs after resume"
+    assert_same_training(got, expected)
+    assert expected[0]["version"] > 0 and expected[1]["version"] > 0
 
 
 class Drifting(gym.Env):
