@@ -264,6 +264,16 @@ FLAGS: list[Flag] = [
         group="run",
     ),
     Flag(
+        "ray_node_dir",
+        str,
+        None,
+        "with --ray_address: where node groups keep their runs on their own node (default: "
+        "the experiment folder's groups/, right on one machine or a shared filesystem); the "
+        "driver keeps a copy of every member's latest checkpoint in the experiment folder",
+        path_text,
+        group="run",
+    ),
+    Flag(
         "ray_cpus_per_group",
         float,
         1.0,

@@ -753,6 +753,11 @@ def _check_cross_flags(cfg: Cfg) -> None:
         )
     if cfg.ray_address is not None:
         _check_ray_flags(cfg)
+    elif cfg.ray_node_dir is not None:
+        raise ConfigError(
+            f"--ray_node_dir={cfg.ray_node_dir!r} places node groups of a run over Ray: add "
+            "--ray_address, or drop it"
+        )
 
 
 def _check_ray_flags(cfg: Cfg) -> None:

@@ -4,7 +4,11 @@ ordinary single-machine run inside a Ray actor, and one PBT over all of them, he
 The driver keeps what belongs to the whole population in the experiment folder: the PBT state
 and lineage (`pbt/`), `population.json` (members, groups, every copy between groups) and one
 TensorBoard tree (`.summary/`, one run per member, global ids). Each group trains in
-`groups/g{i}/` (checkpoints, its own logs), on the node Ray placed it on.
+`groups/g{i}/` (checkpoints, its own logs) on the node Ray placed it on (under --ray_node_dir
+when given). Where the driver does not see a group's newest checkpoints (another node's disk),
+it fetches them through the object store into its own `groups/g{i}/`, so the experiment folder
+always holds every member's latest checkpoint: a group started on a node without them (a new
+node, a dead node's replacement, a resume elsewhere) gets them from there.
 
 Every loop turn (about a second) the driver polls each group for its members' env steps and
 new episode objectives, feeds the PBT manager with global ids (member m of group g is global
@@ -28,6 +32,13 @@ import numpy as np
 from rl_pbt.config.parse import Cfg, ConfigError, save_cfg
 from rl_pbt.envs.registry import make_env, registry_snapshot
 from rl_pbt.envs.wrappers import as_multiagent, reward_shaping_target
+from rl_pbt.learning.checkpoints import (
+    CheckpointError,
+    CheckpointWriteError,
+    checkpoint_files,
+    checkpoint_order,
+    install_checkpoint_file,
+)
 from rl_pbt.learning.learner import default_hparams
 from rl_pbt.logging.files import POPULATION_FILE, atomic_write_json
 from rl_pbt.runtime.devices import derive_seed, fresh_seed
@@ -35,6 +46,7 @@ from rl_pbt.runtime.run_lock import RunLock
 from rl_pbt.sampling.matchmaking import SNAPSHOT_PREFIX
 
 POLL_EVERY_S = 1.0
+REPLY_TIMEOUT_S = 300.0
 STATUS_EVERY_S = 10.0
 SUMMARY_EVERY_S = 10.0
 GROUP_RESTARTS = 3  # per group, by Ray, before the run stops
@@ -92,6 +104,9 @@ class PopulationDriver:
         self.writers: dict[int, Any] = {}  # member -> its TensorBoard writer
         self._failed_copies = 0  # decisions a group could not carry out (it was restarting)
         self.shared_snapshots = 0  # snapshots sent to the other groups
+        self.fetching: dict[tuple[int, int], tuple[str, Any]] = {}  # (group, local) -> (name, ref)
+        self.fetched = {"files": 0, "bytes": 0}  # checkpoints copied here from the groups' nodes
+        self.sent = {"files": 0, "bytes": 0}  # checkpoints sent from here to starting groups
 
     def _make_pbt(self):
         from rl_pbt.config.policy_values import load_policy_values
@@ -159,6 +174,11 @@ class PopulationDriver:
         self.run_lock.acquire()
         self._save_population([None] * len(self.groups))  # enjoy/match find members now
         status = 0
+        try:
+            self._start_groups(list(range(len(self.groups))))
+        except (ray.exceptions.RayError, CheckpointError, CheckpointWriteError) as e:
+            log(f"ERROR: a node group did not start: {_first_line(e)}")
+            status = 1
         stop = {"asked": False}
 
         def ask_stop(signum, frame):
@@ -171,9 +191,10 @@ class PopulationDriver:
         try:
             last_status = last_summary = time.monotonic()
             start = time.time()
-            while not stop["asked"]:
+            while not stop["asked"] and status == 0:
                 polls = ray.get([a.poll.remote() for a in self.actors])
                 self._take(polls)
+                self._collect_fetched(block=False)
                 failed = [g for g, p in enumerate(polls) if p["finished"] and p["status"] != 0]
                 if failed:
                     g = failed[0]
@@ -207,9 +228,10 @@ class PopulationDriver:
             for g, a in enumerate(self.actors):
                 try:
                     statuses.append(ray.get(a.stop.remote()))
-                    self._take_one(g, ray.get(a.poll.remote()))
+                    self._take_one(g, ray.get(a.poll.remote()), final=True)
                 except ray.exceptions.RayActorError:
                     statuses.append(None)
+            self._collect_fetched(block=True)  # the final checkpoints, before the actors go
             if any(s != 0 for s in statuses) and status == 0:
                 status = 1
             if self.pbt is not None:
@@ -251,11 +273,13 @@ class PopulationDriver:
         for g, poll in enumerate(polls):
             self._take_one(g, poll)
 
-    def _take_one(self, g: int, poll: dict) -> None:
+    def _take_one(self, g: int, poll: dict, final: bool = False) -> None:
         ids = self.groups[g]
         restarted = self.started_at.get(g) not in (None, poll["started_at"])
         if restarted:
             log(f"node group {g} was restarted by Ray: its members resume from checkpoints")
+        if poll["waiting"] and not final:
+            self._start_groups([g])
         if (restarted or g not in self.started_at) and not poll["finished"]:
             self._send_values(g)
         self.started_at[g] = poll["started_at"]
@@ -268,6 +292,8 @@ class PopulationDriver:
             )
         if node is not None:
             self.group_nodes[str(g)] = node
+        for m, name in poll["checkpoints"].items():
+            self._fetch(g, int(m), name)
         for m, steps in enumerate(poll["env_steps"]):
             self.env_steps[ids[m]] = max(self.env_steps[ids[m]], int(steps))
         for m, objective in poll["episodes"]:
@@ -281,6 +307,71 @@ class PopulationDriver:
             for sid, m, steps in poll["snapshots"]:
                 self._share_snapshot(g, sid, ids[m], steps)
         self.finished[g] = poll["status"] if poll["finished"] else None
+
+    # --- checkpoints: the driver's copy, and groups that start without theirs ----------------
+    def _group_dir(self, g: int) -> str:
+        return os.path.join(self.exp_dir, "groups", f"g{g}")
+
+    def _start_groups(self, groups: list[int]) -> None:
+        """Start groups waiting to: each gets the checkpoints the experiment folder holds that
+        are newer than those on its node (all of them on a node that has none)."""
+        import ray
+
+        held = ray.get([self.actors[g].held.remote() for g in groups])
+        starts = []
+        for g, on_node in zip(groups, held):
+            files, steps = {}, []
+            for m, name in on_node.items():
+                here = checkpoint_files(os.path.join(self._group_dir(g), f"checkpoint_p{m}"))
+                if here and (
+                    name is None or checkpoint_order(here[-1])[:2] > checkpoint_order(name)[:2]
+                ):
+                    with open(here[-1], "rb") as f:
+                        files[f"checkpoint_p{m}/{os.path.basename(here[-1])}"] = f.read()
+                    steps.append(f"p{self.groups[g][int(m)]} at {checkpoint_order(here[-1])[1]:,}")
+            if files:
+                size = sum(len(b) for b in files.values())
+                self.sent["files"] += len(files)
+                self.sent["bytes"] += size
+                log(
+                    f"node group {g}: its node lacks the newest checkpoints of "
+                    f"{', '.join(steps)} env steps: sent from the experiment folder "
+                    f"({size / 2**20:.1f} MiB)"
+                )
+            starts.append(self.actors[g].start.remote(files))
+        ray.get(starts)
+
+    def _fetch(self, g: int, m: int, name: Optional[str]) -> None:
+        """Copy member m of group g's newest checkpoint `name` here when the experiment folder
+        does not have it (the group runs on another node's disk); in the background."""
+        if name is None or (g, m) in self.fetching:
+            return
+        if os.path.isfile(os.path.join(self._group_dir(g), f"checkpoint_p{m}", name)):
+            return  # here already: a copy, or the group's own folder (one machine, shared disk)
+        self.fetching[(g, m)] = (name, self.actors[g].read_checkpoint.remote(m, name))
+
+    def _collect_fetched(self, block: bool) -> None:
+        import ray
+
+        for (g, m), (name, ref) in list(self.fetching.items()):
+            if not block and not ray.wait([ref], timeout=0)[0]:
+                continue
+            del self.fetching[(g, m)]
+            try:
+                data = ray.get(ref, timeout=REPLY_TIMEOUT_S)
+            except (ray.exceptions.RayError, TimeoutError) as e:
+                log(f"checkpoint {name} of node group {g} not fetched: {_first_line(e)}")
+                continue
+            if data is None:
+                continue  # rotated away meanwhile: the next poll names the newer one
+            folder = os.path.join(self._group_dir(g), f"checkpoint_p{m}")
+            try:
+                install_checkpoint_file(folder, name, data, self.cfg.keep_checkpoints)
+            except (CheckpointError, CheckpointWriteError) as e:
+                log(f"checkpoint {name} of node group {g} not kept here: {e}")
+                continue
+            self.fetched["files"] += 1
+            self.fetched["bytes"] += len(data)
 
     def _send_values(self, g: int) -> None:
         """The PBT values of group g's members (restored ones on a resume or a restart)."""
@@ -402,6 +493,9 @@ class PopulationDriver:
                 "cross_group_copies": self.copies,
                 "decisions_not_carried_out": self._failed_copies,
                 "snapshots_shared_between_groups": self.shared_snapshots,
+                # checkpoint files copied between the groups' nodes and the experiment folder
+                "checkpoints_fetched_from_groups": self.fetched,
+                "checkpoints_sent_to_groups": self.sent,
                 # decision -> the target's first update after the copy
                 "first_update_after_copy_s": {"across_groups": across, "inside_groups": inside},
                 "objectives": [float(np.mean(r)) if r else None for r in self.recent],

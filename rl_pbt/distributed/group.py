@@ -3,8 +3,12 @@ single-machine run (shared-memory rollout workers, learners on this node's GPUs)
 `{experiment}/groups/g{index}`, its PBT steered by the driver through `GroupControl`.
 
 `NodeGroup` is a plain class; the driver wraps it with `ray.remote` (one actor per group) so
-that this module imports without Ray. Ray restarts a group whose process dies: the constructor
-then runs again and the run resumes from the group's checkpoints.
+that this module imports without Ray. A group starts in two steps: the constructor makes the
+actor, which reports what its node holds of the group's folder (`held`); the driver then calls
+`start`, with the newer checkpoints it keeps itself when the node lacks them (a group placed on
+a new node, or on one that lost its disk). Ray restarts a group whose process dies: the
+constructor runs again, the driver sees a group waiting to start and starts it, and the run
+resumes from the checkpoints.
 """
 
 from __future__ import annotations
@@ -17,8 +21,9 @@ from typing import Optional
 
 import torch
 
-from rl_pbt.config.parse import Cfg
+from rl_pbt.config.parse import Cfg, save_cfg
 from rl_pbt.envs.registry import restore_registry
+from rl_pbt.learning.checkpoints import checkpoint_files, install_checkpoint_file
 from rl_pbt.runtime.control import (
     AddSnapshot,
     Apply,
@@ -32,6 +37,13 @@ from rl_pbt.runtime.devices import derive_seed
 REPLY_TIMEOUT_S = 120.0
 
 
+def groups_root(cfg: dict) -> str:
+    """Where node groups keep their runs on their node: --ray_node_dir/<experiment>/groups, or
+    the experiment folder's groups/ (one machine, or a shared filesystem)."""
+    root = cfg.get("ray_node_dir") or cfg["train_dir"]
+    return os.path.join(root, cfg["experiment"], "groups")
+
+
 def group_cfg(cfg: dict, index: int, members: list[int], run_seed: int) -> Cfg:
     """The node group's own run: its members only, no PBT of its own, resuming its folder."""
     out = dict(cfg)
@@ -40,7 +52,7 @@ def group_cfg(cfg: dict, index: int, members: list[int], run_seed: int) -> Cfg:
         with_pbt=False,
         policy_values=None,
         pbt_search_space=None,
-        train_dir=os.path.join(cfg["train_dir"], cfg["experiment"], "groups"),
+        train_dir=groups_root(cfg),
         experiment=f"g{index}",
         restart_behavior="resume",
         ray_address=None,
@@ -59,22 +71,62 @@ def _node_id() -> Optional[str]:
         return None
 
 
+def latest_names(folder: str, count: int) -> dict[int, Optional[str]]:
+    """Member -> the name of its newest checkpoint in a group folder (None: it has none)."""
+    out: dict[int, Optional[str]] = {}
+    for m in range(count):
+        files = checkpoint_files(os.path.join(folder, f"checkpoint_p{m}"))
+        out[m] = os.path.basename(files[-1]) if files else None
+    return out
+
+
 class NodeGroup:
     def __init__(self, cfg: dict, index: int, members: list[int], run_seed: int, registry: dict):
         restore_registry(registry)
-        from rl_pbt.runtime.runner import Runner
-
         self.index = index
         self.members = list(members)
         self.started_at = time.time()  # tells the driver when Ray restarted this group
         self.node_id = _node_id()  # where its folder and checkpoints are
+        self.cfg = group_cfg(cfg, index, members, run_seed)
+        self.folder = os.path.join(self.cfg.train_dir, self.cfg.experiment)
         self.status: Optional[int] = None
         self.error: Optional[str] = None
         self.control = GroupControl()
-        self.runner = Runner(group_cfg(cfg, index, members, run_seed))
+        self.runner = None  # made by start()
+        self.thread: Optional[threading.Thread] = None
+
+    def held(self) -> dict[int, Optional[str]]:
+        """What this node holds of the group's run: each member's newest checkpoint name."""
+        return latest_names(self.folder, len(self.members))
+
+    def start(self, files: dict[str, bytes]) -> None:
+        """Start the run, first putting in its folder `files` (checkpoint_p{m}/NAME -> bytes,
+        newer than what this node holds): then it resumes from them."""
+        from rl_pbt.runtime.runner import Runner
+
+        if self.runner is not None:
+            return
+        for rel, data in files.items():
+            sub, name = rel.split("/")
+            install_checkpoint_file(
+                os.path.join(self.folder, sub), name, data, self.cfg.keep_checkpoints
+            )
+        config = os.path.join(self.folder, "config.json")
+        if files and not os.path.isfile(config):
+            save_cfg(self.cfg, config)  # the folder is a run to resume, not a new one
+        self.runner = Runner(self.cfg)
         self.runner.control = self.control
-        self.thread = threading.Thread(target=self._run, name=f"group_{index}", daemon=True)
+        self.thread = threading.Thread(target=self._run, name=f"group_{self.index}", daemon=True)
         self.thread.start()
+
+    def read_checkpoint(self, member: int, name: str) -> Optional[bytes]:
+        """The bytes of one of a member's checkpoint files; None when it was rotated away."""
+        path = os.path.join(self.folder, f"checkpoint_p{int(member)}", os.path.basename(name))
+        try:
+            with open(path, "rb") as f:
+                return f.read()
+        except FileNotFoundError:
+            return None
 
     def _run(self) -> None:
         try:
@@ -90,8 +142,10 @@ class NodeGroup:
         return {
             "started_at": self.started_at,
             "node_id": self.node_id,
-            "env_steps": [int(x) for x in r.env_steps],
-            "versions": [int(x) for x in r.versions],
+            "waiting": r is None,  # for start()
+            "env_steps": [int(x) for x in r.env_steps] if r is not None else [],
+            "versions": [int(x) for x in r.versions] if r is not None else [],
+            "checkpoints": self.held() if r is not None else {},
             "episodes": records.episodes,
             "copy_latencies": records.copy_latencies,
             "snapshots": records.snapshots,
@@ -127,10 +181,13 @@ class NodeGroup:
 
     def stop(self, timeout: float = 300.0) -> Optional[int]:
         self.control.request_stop()
-        self.thread.join(timeout)
+        if self.thread is not None:
+            self.thread.join(timeout)
         return self.status
 
     def _ask(self, command):
         if self.status is not None:
             raise RuntimeError(f"node group {self.index} has stopped (status {self.status})")
+        if self.runner is None:
+            raise RuntimeError(f"node group {self.index} has not started")
         return self.control.submit(command).wait(REPLY_TIMEOUT_S)

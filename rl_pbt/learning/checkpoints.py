@@ -69,7 +69,7 @@ def checkpoint_name(version: int, env_steps: int) -> str:
     return f"checkpoint_{version:012d}_{env_steps:015d}.pth"
 
 
-def _checkpoint_order(path: str) -> tuple[int, int, str]:
+def checkpoint_order(path: str) -> tuple[int, int, str]:
     """(version, env steps) read from a checkpoint's name, padded or not."""
     m = _CHECKPOINT_NAME.fullmatch(os.path.basename(path))
     return (int(m.group(1)), int(m.group(2)), path) if m else (-1, -1, path)
@@ -77,7 +77,7 @@ def _checkpoint_order(path: str) -> tuple[int, int, str]:
 
 def checkpoint_files(folder: str) -> list[str]:
     """The checkpoints in `folder`, oldest first (by version, then env steps)."""
-    return sorted(glob.glob(os.path.join(folder, "checkpoint_*.pth")), key=_checkpoint_order)
+    return sorted(glob.glob(os.path.join(folder, "checkpoint_*.pth")), key=checkpoint_order)
 
 
 def latest_checkpoint(folder: str) -> Optional[str]:
@@ -239,6 +239,20 @@ def write_checkpoint(
     return path
 
 
+def install_checkpoint_file(folder: str, name: str, data: bytes, keep: int) -> str:
+    """Put a checkpoint file's bytes, read elsewhere (another node's disk), into `folder` under
+    `name`: the checksum is verified first (CheckpointError when it does not match), then the
+    file is written atomically and the newest `keep` checkpoints are kept."""
+    if _CHECKPOINT_NAME.fullmatch(name) is None:
+        raise ValueError(f"{name!r} is not a checkpoint file name")
+    path = os.path.join(folder, name)
+    if data.startswith(MAGIC) or not data:  # files from before checksums go in as they are
+        _verified_payload(data, path)
+    _write_atomically(path, data, clean_temps=True)
+    rotate_checkpoints(folder, keep, protect=path)
+    return path
+
+
 def write_state_file(path: str, state: dict) -> None:
     """Write `state` (plain data) to `path` as a checkpoint file is written: atomically, with
     a checksum, read back by `read_checkpoint`. CheckpointWriteError on failure."""
@@ -275,7 +289,7 @@ def _write_atomically(path: str, data: bytes, clean_temps: bool) -> None:
 def rotate_checkpoints(folder: str, keep: int, protect: Optional[str] = None) -> list[str]:
     """Delete all but the newest `keep` (at least 1) checkpoints of `folder`, never `protect`;
     returns the deleted paths. Only files named like checkpoints are touched."""
-    named = [f for f in checkpoint_files(folder) if _checkpoint_order(f)[0] >= 0]
+    named = [f for f in checkpoint_files(folder) if checkpoint_order(f)[0] >= 0]
     old = [f for f in named[: -max(1, keep)] if f != protect]
     deleted = []
     for f in old:

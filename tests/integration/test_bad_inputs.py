@@ -140,6 +140,7 @@ CASES = [
         ["--ray_address=local", "--pbt_target_objective=elo", "inside one node group"],
     ),
     Case("ray_serial", ["--ray_address=local", "--serial_mode"], ["drop --serial_mode"]),
+    Case("ray_node_dir", ["--ray_node_dir=/tmp/n"], ["--ray_node_dir='/tmp/n'", "--ray_address"]),
     Case("help_topic", ["--help=ppo"], ["--help=ppo", "pbt", "sampling"], base=False),
     Case(
         "doom_missing", ["--env=doom_basic"], ["--env=doom_basic", '".[doom]"'], setup=doom_missing

@@ -1,11 +1,14 @@
 """A population over Ray: a 2-node cluster on this machine (one CPU each), 4 CartPole members in
 2 node groups, one PBT across both. The run learns, PBT copies members across groups bit for
-bit, a group whose actor is killed is restarted by Ray and resumes from its checkpoints, and a
-re-run restores the same PBT state and lineage."""
+bit, a group whose actor is killed is restarted by Ray and resumes from its checkpoints, a
+re-run restores the same PBT state and lineage, and groups whose folders the driver cannot see
+have their checkpoints copied to the experiment folder, from which a re-run on nodes that lost
+them resumes."""
 
 import importlib.util
 import json
 import os
+import shutil
 import subprocess
 import sys
 import threading
@@ -111,6 +114,65 @@ def test_population_over_two_nodes(cluster, tmp_path, capsys):
     for key in ("hparams", "shaping_flat", "last_update"):
         assert again[key] == state[key], key
     assert read(os.path.join(exp, "pbt", "lineage.jsonl")) == lineage
+
+
+def test_checkpoints_travel_between_node_folders_and_the_experiment_folder(
+    cluster, tmp_path, capsys
+):
+    """Node groups keep their runs in a folder the driver does not see (--ray_node_dir, as on
+    another node's disk): every member's newest checkpoint reaches the experiment folder
+    through the object store, and a re-run whose nodes lost their folders resumes from there."""
+    node = tmp_path / "node"
+    flags = [
+        "--env=CartPole-v1",
+        *CARTPOLE_LEARN,
+        "--num_policies=4",
+        "--policies_per_node=2",
+        "--num_workers=1",
+        "--train_for_env_steps=20000",
+        "--save_every_sec=2",
+        "--seed=4",
+        f"--ray_address={cluster.address}",
+        f"--train_dir={tmp_path / 'driver'}",
+        f"--ray_node_dir={node}",
+        "--experiment=far",
+    ]
+    assert train(parse_cfg(flags)) == 0
+    exp = os.path.join(tmp_path, "driver", "far")
+    names = {}
+    for gid in range(4):
+        g, m = divmod(gid, 2)
+        on_node = latest_checkpoint(
+            os.path.join(node, "far", "groups", f"g{g}", f"checkpoint_p{m}")
+        )
+        here = latest_checkpoint(checkpoint_dir(exp, gid))
+        assert on_node is not None and here is not None, gid
+        assert os.path.basename(here) == os.path.basename(on_node), gid
+        with open(here, "rb") as a, open(on_node, "rb") as b:
+            assert a.read() == b.read(), f"member {gid}'s copy differs"
+        names[gid] = os.path.basename(here)
+    population = json.loads(read(os.path.join(exp, "population.json")))
+    assert population["checkpoints_fetched_from_groups"]["files"] >= 4
+    assert population["checkpoints_sent_to_groups"]["files"] == 0
+    steps = population["env_steps"]
+    assert min(steps) >= 20000
+
+    shutil.rmtree(node)  # the nodes lost their disks: a re-run gets the checkpoints from here
+    capsys.readouterr()
+    assert train(parse_cfg(flags)) == 0
+    out = capsys.readouterr().out
+    for g in (0, 1):
+        assert f"node group {g}: its node lacks the newest checkpoints" in out
+    again = json.loads(read(os.path.join(exp, "population.json")))
+    assert again["checkpoints_sent_to_groups"]["files"] == 4
+    # every member resumed where it was, so its budget was already met: no training again
+    for gid in range(4):
+        g, m = divmod(gid, 2)
+        on_node = latest_checkpoint(
+            os.path.join(node, "far", "groups", f"g{g}", f"checkpoint_p{m}")
+        )
+        assert on_node is not None and os.path.basename(on_node) == names[gid], gid
+    assert all(b >= a for a, b in zip(steps, again["env_steps"]))
 
 
 def test_self_play_snapshots_travel_between_node_groups(cluster, tmp_path):
