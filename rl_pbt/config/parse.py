@@ -762,13 +762,6 @@ def _check_cross_flags(cfg: Cfg) -> None:
 
 def _check_ray_flags(cfg: Cfg) -> None:
     flag = f"--ray_address={cfg.ray_address}"
-    target = cfg.pbt_target_objective
-    if target in ("elo", "vs_snapshots") or target.startswith("vs_scripted"):
-        raise ConfigError(
-            f"{flag}: --pbt_target_objective={cfg.pbt_target_objective} ranks on games inside "
-            "one node group; across node groups PBT ranks on episode objectives "
-            "(true_objective or an info key)"
-        )
     if cfg.pbt_replay_lineage:
         raise ConfigError(f"{flag}: --pbt_replay_lineage trains one policy, on one machine")
     if cfg.serial_mode:

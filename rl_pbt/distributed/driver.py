@@ -40,10 +40,16 @@ from rl_pbt.learning.checkpoints import (
     install_checkpoint_file,
 )
 from rl_pbt.learning.learner import default_hparams
-from rl_pbt.logging.files import POPULATION_FILE, atomic_write_json
+from rl_pbt.logging.files import POPULATION_FILE, atomic_write_json, read_json
 from rl_pbt.runtime.devices import derive_seed, fresh_seed
 from rl_pbt.runtime.run_lock import RunLock
-from rl_pbt.sampling.matchmaking import SNAPSHOT_PREFIX
+from rl_pbt.sampling.elo import EloRatings, scores_against_scripted, scores_against_snapshots
+from rl_pbt.sampling.matchmaking import (
+    SNAPSHOT_PREFIX,
+    is_snapshot,
+    parse_snapshot_id,
+    scripted_seat,
+)
 
 POLL_EVERY_S = 1.0
 REPLY_TIMEOUT_S = 300.0
@@ -79,6 +85,7 @@ class PopulationDriver:
         )
         target = reward_shaping_target(probe)
         self.default_shaping = target.get_default_reward_shaping() if target else None
+        self.rank_on, self.scripted = ranking(cfg, probe)
         probe.close()
         check_experiment_dir(cfg)
         self.groups = split_groups(cfg.num_policies, cfg.policies_per_node)
@@ -106,6 +113,8 @@ class PopulationDriver:
         self.shared_snapshots = 0  # snapshots sent to the other groups
         self.fetching: dict[tuple[int, int], tuple[str, Any]] = {}  # (group, local) -> (name, ref)
         self.fetched = {"files": 0, "bytes": 0}  # checkpoints copied here from the groups' nodes
+        # every group's rated games in one table, global ids ('elo' ranks the population on it)
+        self.elo = EloRatings.from_dict(read_json(self._elo_path(), {}))
         self.sent = {"files": 0, "bytes": 0}  # checkpoints sent from here to starting groups
 
     def _make_pbt(self):
@@ -127,6 +136,9 @@ class PopulationDriver:
             )
         except PBTStateError as e:
             raise ConfigError(str(e)) from None
+
+    def _elo_path(self) -> str:
+        return os.path.join(self.exp_dir, "elo.json")
 
     def _population_path(self) -> str:
         return os.path.join(self.exp_dir, POPULATION_FILE)
@@ -299,8 +311,23 @@ class PopulationDriver:
         for m, objective in poll["episodes"]:
             gid = ids[m]
             self.recent[gid] = (self.recent[gid] + [objective])[-100:]
-            if self.pbt is not None:
+            if self.pbt is not None and self.rank_on in ("episodes", "elo"):
                 self.pbt.record_episode(gid, objective)
+        for team_a, team_b, score in poll["matches"]:
+            match = (
+                [self._global_seat(g, s) for s in team_a],
+                [self._global_seat(g, s) for s in team_b],
+                score,
+            )
+            self.elo.record_match(*match)
+            if self.pbt is not None and self.rank_on == "snapshots":
+                scores = scores_against_snapshots([match])
+            elif self.pbt is not None and self.rank_on == "scripted":
+                scores = scores_against_scripted([match], self.scripted)
+            else:
+                continue
+            for policy, value in scores:
+                self.pbt.record_episode(policy, value)
         for m, seconds, across in poll["copy_latencies"]:
             self.copy_latencies.append((ids[m], seconds, across))
         if len(self.groups) > 1 and not poll["finished"]:
@@ -373,6 +400,16 @@ class PopulationDriver:
             self.fetched["files"] += 1
             self.fetched["bytes"] += len(data)
 
+    def _global_seat(self, g: int, seat):
+        """A seat of one of group g's games, named for the whole population: members by global
+        id, the group's own snapshots as the other groups know them ('snap:m3@1200000')."""
+        if isinstance(seat, (int, np.integer)):
+            return self.groups[g][int(seat)]
+        if is_snapshot(seat) and not seat.startswith(FOREIGN_PREFIX):
+            member, steps = parse_snapshot_id(seat)
+            return foreign_snapshot_id(self.groups[g][member], steps)
+        return seat  # another group's snapshot (already global), or a scripted player
+
     def _send_values(self, g: int) -> None:
         """The PBT values of group g's members (restored ones on a resume or a restart)."""
         if self.pbt is None:
@@ -408,9 +445,14 @@ class PopulationDriver:
     def _pbt_step(self) -> None:
         import ray
 
-        for d in self.pbt.update(list(self.env_steps)):
+        ratings = None
+        if self.rank_on == "elo":
+            ratings = [self.elo.rating(gid) for gid in range(self.cfg.num_policies)]
+        for d in self.pbt.update(list(self.env_steps), ratings=ratings):
             target = self.member[d.policy_id]
             actor = self.actors[target.group]
+            if d.source_id is not None:  # the copy starts from the source's rating
+                self.elo.set_rating(d.policy_id, self.elo.rating(d.source_id))
             try:
                 if d.source_id is None or self.member[d.source_id].group == target.group:
                     source = None if d.source_id is None else self.member[d.source_id].local
@@ -478,7 +520,11 @@ class PopulationDriver:
             if self.recent[gid]:
                 w.add_scalar("population/objective", float(np.mean(self.recent[gid])), steps)
             w.add_scalar("population/node_group", self.member[gid].group, steps)
+            if gid in self.elo:
+                w.add_scalar("population/elo", self.elo.rating(gid), steps)
             w.flush()
+        if len(self.elo):
+            atomic_write_json(self._elo_path(), self.elo.to_dict())
 
     def _save_population(self, statuses: list) -> None:
         across = [round(s, 4) for _, s, a in self.copy_latencies if a]
@@ -503,10 +549,39 @@ class PopulationDriver:
         )
 
 
+def ranking(cfg: Cfg, probe) -> tuple[str, Optional[str]]:
+    """What PBT ranks the population on: 'episodes' (their objectives), 'elo' (ratings from
+    every group's games), 'snapshots' or 'scripted' (scores of games against frozen snapshots
+    or against the scripted player, whose seat id comes second). ConfigError where the env
+    cannot give such games."""
+    target = cfg.pbt_target_objective
+    kind = {"elo": "elo", "vs_snapshots": "snapshots"}.get(target, "episodes")
+    if target.startswith("vs_scripted:"):
+        kind = "scripted"
+    if kind != "episodes" and int(probe.num_agents) < 2:
+        raise ConfigError(
+            f"--pbt_target_objective={target} ranks on games between players: it needs a "
+            f"multi-agent env, and --env={cfg.env} has one agent"
+        )
+    if kind != "scripted":
+        return kind, None
+    from rl_pbt.envs.scripted import make_scripted
+
+    name = target.partition(":")[2]
+    try:
+        make_scripted(cfg.env, name, probe)
+    except ValueError as e:
+        raise ConfigError(f"--pbt_target_objective={target}: {e}") from None
+    return kind, scripted_seat(name)
+
+
+FOREIGN_PREFIX = f"{SNAPSHOT_PREFIX}m"
+
+
 def foreign_snapshot_id(member: int, env_steps: int) -> str:
     """A snapshot's name in the pools of the other node groups: by global member id, which
     no group's own snapshots use ('snap:m3@1200000' for member 3 at 1.2M env steps)."""
-    return f"{SNAPSHOT_PREFIX}m{int(member)}@{int(env_steps)}"
+    return f"{FOREIGN_PREFIX}{int(member)}@{int(env_steps)}"
 
 
 def _first_line(e: BaseException) -> str:

@@ -149,6 +149,7 @@ class NodeGroup:
             "episodes": records.episodes,
             "copy_latencies": records.copy_latencies,
             "snapshots": records.snapshots,
+            "matches": records.matches,
             "finished": self.status is not None,
             "status": self.status,
             "error": self.error,

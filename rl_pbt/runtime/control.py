@@ -89,6 +89,8 @@ class Records:
     # (policy, seconds from the decision to the first update after the copy, across groups)
     copy_latencies: list[tuple[int, float, bool]] = field(default_factory=list)
     snapshots: list[tuple[str, int, int]] = field(default_factory=list)  # (id, policy, steps)
+    # rated games: (team a's seats, team b's seats, a's score), seats as the group names them
+    matches: list[tuple[list, list, float]] = field(default_factory=list)
 
 
 class GroupControl:
@@ -132,6 +134,10 @@ class GroupControl:
         self.imported.discard(policy)
         with self._lock:
             self._records.copy_latencies.append((policy, float(seconds), across))
+
+    def record_match(self, team_a: list, team_b: list, score_a: float) -> None:
+        with self._lock:
+            self._records.matches.append((list(team_a), list(team_b), float(score_a)))
 
     def record_snapshot(self, snapshot: str, policy: int, env_steps: int) -> None:
         with self._lock:

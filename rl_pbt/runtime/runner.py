@@ -915,6 +915,8 @@ class Runner:
                     for team_a, team_b, score in matches:
                         self.elo.record_match(team_a, team_b, score)
                         self.cross_play.record(team_a, team_b, score)
+                        if self.control is not None:  # rated by the population's driver too
+                            self.control.record_match(team_a, team_b, score)
                     if self.pbt is not None and not self.pbt_on_episodes:
                         if self.scripted_seat is not None:
                             scores = scores_against_scripted(matches, self.scripted_seat)

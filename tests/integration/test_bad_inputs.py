@@ -135,9 +135,15 @@ CASES = [
     Case("ray_address", ["--ray_address=cluster1"], ["--ray_address='cluster1'", "HOST:PORT"]),
     Case("policies_per_node", ["--policies_per_node=0"], ["--policies_per_node=0", "> 0"]),
     Case(
-        "ray_with_elo",
-        ["--ray_address=local", "--pbt_target_objective=elo"],
-        ["--ray_address=local", "--pbt_target_objective=elo", "inside one node group"],
+        "ray_elo_one_agent",
+        [
+            "--ray_address=local",
+            "--serial_mode=False",
+            "--with_pbt",
+            "--num_policies=2",
+            "--pbt_target_objective=elo",
+        ],
+        ["--pbt_target_objective=elo", "multi-agent", "--env=CartPole-v1"],
     ),
     Case("ray_serial", ["--ray_address=local", "--serial_mode"], ["drop --serial_mode"]),
     Case("ray_node_dir", ["--ray_node_dir=/tmp/n"], ["--ray_node_dir='/tmp/n'", "--ray_address"]),

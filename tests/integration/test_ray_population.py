@@ -19,7 +19,7 @@ import pytest
 from launch import train as train_cli
 from rl_pbt import parse_cfg, train
 from rl_pbt.learning.checkpoints import latest_checkpoint
-from rl_pbt.logging.files import checkpoint_dir
+from rl_pbt.logging.files import checkpoint_dir, read_json
 from tests.small_run import CARTPOLE_LEARN
 
 ray = pytest.importorskip("ray")
@@ -189,6 +189,8 @@ def test_self_play_snapshots_travel_between_node_groups(cluster, tmp_path):
         "--selfplay_snapshot_prob=0.5",
         "--selfplay_snapshot_every_env_steps=4000",
         "--train_for_env_steps=30000",
+        "--with_pbt",
+        "--pbt_target_objective=elo",  # rated over the whole population, by the driver
         "--seed=5",
         f"--ray_address={cluster.address}",
         f"--train_dir={tmp_path}",
@@ -207,6 +209,63 @@ def test_self_play_snapshots_travel_between_node_groups(cluster, tmp_path):
             if isinstance(key, str) and key.startswith(tuple(f"snap:{m}@" for m in others))
         ]
         assert sum(foreign) > 0, f"{g} never played a snapshot of the other group"
+    # the driver's table holds every group's games, members by global id and every snapshot
+    # under one name (a group's own snapshots renamed as the other groups know them)
+    rated = {
+        str(key): games for key, _, games in read_json(os.path.join(exp, "elo.json"))["entries"]
+    }
+    assert all(rated.get(str(m), 0) > 0 for m in range(4)), rated
+    for m in range(4):
+        assert any(k.startswith(f"snap:m{m}@") for k in rated), (m, rated)
+    assert not any(k.startswith("snap:") and not k.startswith("snap:m") for k in rated), rated
+
+
+def test_the_driver_ranks_games_of_every_group_under_global_names(tmp_path):
+    """Games a group reports (its members by local id, its own snapshots by local name) are
+    rated and scored for PBT under the population's names."""
+    import envs  # noqa: F401  (registers the arena)
+    from rl_pbt.distributed.driver import PopulationDriver
+
+    cfg = parse_cfg(
+        [
+            "--env=arena_duel",
+            "--num_policies=4",
+            "--policies_per_node=2",
+            "--with_pbt",
+            "--pbt_target_objective=vs_snapshots",
+            "--selfplay_snapshot_prob=0.5",
+            "--ray_address=local",
+            f"--train_dir={tmp_path}",
+            "--experiment=d",
+        ]
+    )
+    driver = PopulationDriver(cfg)
+    driver.started_at[1] = 1.0  # group 1 (members 2 and 3) already seen
+    poll = {
+        "started_at": 1.0,
+        "node_id": None,
+        "waiting": False,
+        "env_steps": [100, 100],
+        "versions": [1, 1],
+        "checkpoints": {},
+        "episodes": [(0, 0.7)],  # not a game against snapshots: not ranked
+        "copy_latencies": [],
+        "snapshots": [],
+        "matches": [
+            ([1], ["snap:0@500"], 1.0),  # member 3 beat group 1's own snapshot of member 2
+            ([0], [1], 0.0),  # member 2 lost to member 3: live against live, not ranked
+            ([0], ["snap:m1@900"], 0.5),  # member 2 drew with group 0's snapshot of member 1
+        ],
+        "finished": False,
+        "status": None,
+        "error": None,
+    }
+    driver._take_one(1, poll)
+    assert driver.pbt.objectives() == {0: None, 1: None, 2: 0.5, 3: 1.0}
+    assert sorted(map(str, driver.elo.keys())) == ["2", "3", "snap:m1@900", "snap:m2@500"]
+    assert driver.elo.games(3) == 2 and driver.elo.games(2) == 2
+    assert driver.elo.rating(3) > driver.elo.rating(2)
+    assert driver.recent[2] == [0.7]  # episodes still make the objectives shown
 
 
 def test_ray_address_without_ray_is_one_line_naming_the_extra(tmp_path, monkeypatch, capsys):
