@@ -3,8 +3,8 @@ fixed opponents: `random` (uniform over legal moves) and `alphabeta` (negamax wi
 alpha-beta pruning, `alphabeta:depth=N`, default 2).
 
 The env comes through `PettingZooAECAdapter`: observations are the board seen by the agent
-(84 floats: 6 rows x 7 columns x [its own pieces, the opponent's], row 0 at the top) and the
-legal columns as an action mask; `true_objective` is 1 for a win, 0.5 for a draw, 0 for a loss.
+(2 x 6 x 7 float planes: its own pieces, the opponent's; row 0 at the top) and the legal
+columns as an action mask; `true_objective` is 1 for a win, 0.5 for a draw, 0 for a loss.
 PettingZoo is imported only when an env is made (`pip install -e ".[pettingzoo]"`).
 """
 
@@ -41,8 +41,10 @@ CENTRE_FIRST = [3, 2, 4, 1, 5, 0, 6]
 
 def board_from_obs(obs) -> np.ndarray:
     """The board as 42 int8: +1 the observing agent's pieces, -1 the opponent's, 0 empty."""
-    planes = np.asarray(obs["observation"]).reshape(ROWS, COLS, 2)
-    return (planes[..., 0] - planes[..., 1]).astype(np.int8).reshape(-1)
+    planes = np.asarray(obs["observation"])
+    if planes.shape != (2, ROWS, COLS):  # PettingZoo's own layout: rows, columns, planes
+        planes = np.moveaxis(planes.reshape(ROWS, COLS, 2), -1, 0)
+    return (planes[0] - planes[1]).astype(np.int8).reshape(-1)
 
 
 def drop_row(board: np.ndarray, col: int) -> int:
@@ -144,5 +146,12 @@ def game_score(game_return: float) -> float:
     return 1.0 if game_return > 0 else 0.0 if game_return < 0 else 0.5
 
 
-register_pettingzoo_aec_env("connect_four", make_connect_four, objective=game_score)
+# the trainer's defaults, for this game: a convolutional encoder over the board planes
+DEFAULTS = {
+    "encoder_conv_architecture": "convnet_board",
+    "encoder_conv_mlp_layers": [256],
+}
+register_pettingzoo_aec_env(
+    "connect_four", make_connect_four, objective=game_score, board=True, default_overrides=DEFAULTS
+)
 register_scripted_policy("connect_four", "alphabeta", make_alphabeta)

@@ -204,6 +204,13 @@ def _flat_box(space: spaces.Box) -> spaces.Box:
     return spaces.Box(low, high, (int(np.prod(space.shape)),), np.float32)
 
 
+def _planes_first(space: spaces.Box) -> spaces.Box:
+    """A (rows, columns, planes) Box as float32 (planes, rows, columns)."""
+    low = np.moveaxis(np.broadcast_to(space.low, space.shape), -1, 0).astype(np.float32)
+    high = np.moveaxis(np.broadcast_to(space.high, space.shape), -1, 0).astype(np.float32)
+    return spaces.Box(low, high, low.shape, np.float32)
+
+
 class PettingZooAECAdapter:
     """A turn-based PettingZoo AEC env (e.g. `connect_four_v3.env()`) seen as an rl_pbt
     multi-agent env: one `step` is one move of the agent whose turn it is.
@@ -212,7 +219,9 @@ class PettingZooAECAdapter:
     the mover is `is_active`; the others wait (their actions are ignored, and the rewards the
     move gives them, e.g. the loser's -1 on the winning move, are credited to their own last
     move by the learner). Observations: a Dict `{"observation", "action_mask"}` when the env
-    gives an action mask, its observation flattened to a float32 vector (`flatten=True`); a
+    gives an action mask, its observation flattened to a float32 vector (`flatten=True`), or,
+    with `board=True`, a (rows, columns, planes) board as float32 planes first (planes, rows,
+    columns), for a convolutional encoder (`--encoder_conv_architecture=convnet_board`); a
     waiting agent's mask allows every action (its action is ignored anyway). When the game
     ends every agent is done, with `info["true_objective"]` its return of the game (or
     `objective(return)`, e.g. 1 win / 0.5 draw / 0 loss), and the returned observations start
@@ -227,6 +236,7 @@ class PettingZooAECAdapter:
         seed: Optional[int] = None,
         flatten: bool = True,
         objective: Optional[Callable[[float], float]] = None,
+        board: bool = False,
     ):
         if not hasattr(aec_env, "agent_iter"):
             raise TypeError("expected a PettingZoo AEC env (no `agent_iter`); for a "
@@ -243,8 +253,12 @@ class PettingZooAECAdapter:
                                  "space and one action space")  # fmt: skip
         self.masked = isinstance(raw_obs, spaces.Dict) and "action_mask" in raw_obs.spaces
         inner = raw_obs["observation"] if self.masked else raw_obs
-        self.flatten = flatten and isinstance(inner, spaces.Box) and len(inner.shape) != 1
-        inner_out = _flat_box(inner) if self.flatten else inner
+        self.board = board and isinstance(inner, spaces.Box) and len(inner.shape) == 3
+        if board and not self.board:
+            raise ValueError(f"board=True needs a (rows, columns, planes) Box, not {inner}")
+        self.flatten = flatten and not self.board
+        self.flatten &= isinstance(inner, spaces.Box) and len(inner.shape) != 1
+        inner_out = _flat_box(inner) if self.flatten else _planes_first(inner) if board else inner
         if self.masked:
             self.observation_space = spaces.Dict(
                 {"observation": inner_out, "action_mask": raw_obs["action_mask"]}
@@ -262,6 +276,8 @@ class PettingZooAECAdapter:
         inner = raw["observation"] if self.masked else raw
         if self.flatten:
             inner = np.asarray(inner, np.float32).reshape(-1)
+        elif self.board:
+            inner = np.ascontiguousarray(np.moveaxis(np.asarray(inner, np.float32), -1, 0))
         if not self.masked:
             return inner
         if moving:  # kept for step()'s legality check: the board is not observed twice
@@ -317,13 +333,14 @@ class PettingZooAECAdapter:
 class PettingZooAECFactory(PettingZooFactory):
     """A picklable env factory around `creator_fn(**env_kwargs)` returning an AEC env."""
 
-    def __init__(self, creator_fn, env_kwargs=None, objective=None):
+    def __init__(self, creator_fn, env_kwargs=None, objective=None, board=False):
         super().__init__(creator_fn, env_kwargs)
         self.objective = objective
+        self.board = board
 
     def __call__(self, full_env_name, cfg, env_config, render_mode=None):
         env, seed = self._env_and_seed(cfg, env_config, render_mode)
-        return PettingZooAECAdapter(env, seed=seed, objective=self.objective)
+        return PettingZooAECAdapter(env, seed=seed, objective=self.objective, board=self.board)
 
 
 def register_pettingzoo_aec_env(
@@ -333,13 +350,15 @@ def register_pettingzoo_aec_env(
     extra_flags: Optional[list[Flag]] = None,
     default_overrides: Optional[dict[str, Any]] = None,
     objective: Optional[Callable[[float], float]] = None,
+    board: bool = False,
 ) -> None:
     """Register `name` as the turn-based `creator_fn(**env_kwargs)` (e.g.
-    `connect_four_v3.env`) wrapped in `PettingZooAECAdapter`; `creator_fn` (and `objective`,
-    the game's return -> true_objective) should be module-level functions."""
+    `connect_four_v3.env`) wrapped in `PettingZooAECAdapter` (`board=True`: observations as
+    board planes, see there); `creator_fn` (and `objective`, the game's return ->
+    true_objective) should be module-level functions."""
     register_env(
         name,
-        PettingZooAECFactory(creator_fn, env_kwargs, objective),
+        PettingZooAECFactory(creator_fn, env_kwargs, objective, board),
         extra_flags=extra_flags,
         default_overrides=default_overrides,
     )

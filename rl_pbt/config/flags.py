@@ -551,8 +551,8 @@ FLAGS: list[Flag] = [
         "encoder_conv_architecture",
         str,
         "convnet_simple",
-        "conv encoder for image inputs",
-        choices=["convnet_simple", "convnet_impala"],
+        "conv encoder for image inputs (convnet_board: small boards, e.g. connect four)",
+        choices=["convnet_simple", "convnet_impala", "convnet_board"],
         group="model",
     ),
     Flag(

@@ -73,7 +73,25 @@ def convnet_impala(channels: int, act: type[nn.Module]) -> nn.Module:
     return nn.Sequential(*layers, nn.ReLU(), nn.Flatten())
 
 
-CONV_ARCHITECTURES = {"convnet_simple": convnet_simple, "convnet_impala": convnet_impala}
+def convnet_board(channels: int, act: type[nn.Module]) -> nn.Module:
+    """For small boards (board games, grid worlds): three 3x3 convolutions of 32 channels that
+    keep the board's size, so every cell keeps its own features (no stride, no pooling)."""
+    return nn.Sequential(
+        nn.Conv2d(channels, 32, 3, padding=1),
+        act(),
+        nn.Conv2d(32, 32, 3, padding=1),
+        act(),
+        nn.Conv2d(32, 32, 3, padding=1),
+        act(),
+        nn.Flatten(),
+    )
+
+
+CONV_ARCHITECTURES = {
+    "convnet_simple": convnet_simple,
+    "convnet_impala": convnet_impala,
+    "convnet_board": convnet_board,
+}
 
 
 def conv_encoder(
@@ -213,8 +231,8 @@ class ActorCritic(nn.Module):
         feats = []
         for key in self.feature_keys:
             x = obs[key]
-            if self.obs_spec.is_image(key):
-                x = x.float() * (1.0 / 255.0)
+            if self.obs_spec.is_image(key):  # pixels 0..255 to 0..1; float planes as given
+                x = x.float() * (1.0 / 255.0) if x.dtype == torch.uint8 else x.float()
             else:
                 x = x.float()
                 if key in self.obs_norms:
