@@ -111,8 +111,10 @@ class PopulationDriver:
         self.writers: dict[int, Any] = {}  # member -> its TensorBoard writer
         self._failed_copies = 0  # decisions a group could not carry out (it was restarting)
         self.shared_snapshots = 0  # snapshots sent to the other groups
-        self.fetching: dict[tuple[int, int], tuple[str, Any]] = {}  # (group, local) -> (name, ref)
-        self.fetched = {"files": 0, "bytes": 0}  # checkpoints copied here from the groups' nodes
+        # (group, local member) -> (checkpoint name, the read's object ref, when it was asked)
+        self.fetching: dict[tuple[int, int], tuple[str, Any, float]] = {}
+        # checkpoints copied here from the groups' nodes; seconds from the ask to the file here
+        self.fetched: dict[str, Any] = {"files": 0, "bytes": 0, "seconds": []}
         # every group's rated games in one table, global ids ('elo' ranks the population on it)
         self.elo = EloRatings.from_dict(read_json(self._elo_path(), {}))
         self.sent = {"files": 0, "bytes": 0}  # checkpoints sent from here to starting groups
@@ -375,12 +377,13 @@ class PopulationDriver:
             return
         if os.path.isfile(os.path.join(self._group_dir(g), f"checkpoint_p{m}", name)):
             return  # here already: a copy, or the group's own folder (one machine, shared disk)
-        self.fetching[(g, m)] = (name, self.actors[g].read_checkpoint.remote(m, name))
+        ref = self.actors[g].read_checkpoint.remote(m, name)
+        self.fetching[(g, m)] = (name, ref, time.monotonic())
 
     def _collect_fetched(self, block: bool) -> None:
         import ray
 
-        for (g, m), (name, ref) in list(self.fetching.items()):
+        for (g, m), (name, ref, asked) in list(self.fetching.items()):
             if not block and not ray.wait([ref], timeout=0)[0]:
                 continue
             del self.fetching[(g, m)]
@@ -399,6 +402,7 @@ class PopulationDriver:
                 continue
             self.fetched["files"] += 1
             self.fetched["bytes"] += len(data)
+            self.fetched["seconds"].append(round(time.monotonic() - asked, 4))
 
     def _global_seat(self, g: int, seat):
         """A seat of one of group g's games, named for the whole population: members by global

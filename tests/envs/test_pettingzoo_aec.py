@@ -70,6 +70,41 @@ def test_the_observation_space_is_a_masked_vector():
         env.step([0, 0])
 
 
+def test_board_planes_are_pettingzoos_board_planes_first():
+    """`board=True` (connect_four's registration): the same board as (planes, rows, columns)
+    float32, which the board encoder reads as it is (not scaled as pixels)."""
+    import torch
+
+    from rl_pbt.config.parse import parse_cfg as cfg_of
+    from rl_pbt.models.actor_critic import make_actor_critic
+
+    env = PettingZooAECAdapter(connect_four_v3.env(), board=True)
+    ref = connect_four_v3.env()
+    assert env.observation_space["observation"].shape == (2, 6, 7)
+    obs, _ = env.reset(seed=1)
+    ref.reset(seed=1)
+    rng = np.random.default_rng(1)
+    for _ in range(12):
+        mover = ref.agent_selection
+        m = env.agent_names.index(mover)
+        raw = ref.observe(mover)["observation"]
+        np.testing.assert_array_equal(obs[m]["observation"], np.moveaxis(raw, -1, 0))
+        assert obs[m]["observation"].dtype == np.float32
+        action = int(rng.choice(np.flatnonzero(ref.observe(mover)["action_mask"])))
+        obs, *_ = env.step([action, action])
+        ref.step(action)
+    cfg = cfg_of(["--env=connect_four", "--normalize_input=False"])
+    assert cfg.encoder_conv_architecture == "convnet_board"  # the env's default
+    model = make_actor_critic(env.observation_space, env.action_space, cfg)
+    planes = torch.as_tensor(obs[0]["observation"])[None]
+    first = model.encoders["observation"][0]
+    seen = {}
+    hook = first.register_forward_hook(lambda mod, inp, out: seen.update(x=inp[0]))
+    model.encode({"observation": planes})
+    hook.remove()
+    torch.testing.assert_close(seen["x"], planes)  # not divided by 255
+
+
 def test_connect_four_self_play_trains_without_an_illegal_move(tmp_path):
     cfg = parse_cfg(
         ["--env=connect_four", "--serial_mode", "--num_workers=1", "--num_envs_per_worker=4",
