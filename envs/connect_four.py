@@ -3,8 +3,10 @@ fixed opponents: `random` (uniform over legal moves) and `alphabeta` (negamax wi
 alpha-beta pruning, `alphabeta:depth=N`, default 2).
 
 The env comes through `PettingZooAECAdapter`: observations are the board seen by the agent
-(2 x 6 x 7 float planes: its own pieces, the opponent's; row 0 at the top) and the legal
-columns as an action mask; `true_objective` is 1 for a win, 0.5 for a draw, 0 for a loss.
+(84 floats: 6 rows x 7 columns x [its own pieces, the opponent's], row 0 at the top) and the
+legal columns as an action mask; `true_objective` is 1 for a win, 0.5 for a draw, 0 for a loss.
+`connect_four_planes` is the same game with the board as 2 x 6 x 7 float planes and a small
+convolutional encoder (`--encoder_conv_architecture=convnet_board`) by default.
 PettingZoo is imported only when an env is made (`pip install -e ".[pettingzoo]"`).
 """
 
@@ -15,6 +17,7 @@ from typing import Optional
 import numpy as np
 
 from envs.pettingzoo_adapter import register_pettingzoo_aec_env
+from rl_pbt.config.flags import Flag, non_negative
 from rl_pbt.envs.scripted import register_scripted_policy
 
 ROWS, COLS = 6, 7
@@ -146,12 +149,30 @@ def game_score(game_return: float) -> float:
     return 1.0 if game_return > 0 else 0.0 if game_return < 0 else 0.5
 
 
-# the trainer's defaults, for this game: a convolutional encoder over the board planes
-DEFAULTS = {
-    "encoder_conv_architecture": "convnet_board",
-    "encoder_conv_mlp_layers": [256],
-}
+FLAGS = [
+    Flag(
+        "random_opening_moves",
+        int,
+        0,
+        "training games start after 0..N random legal moves (more varied positions; games "
+        "in launch.match and evaluation start from the empty board)",
+        non_negative,
+        group="env",
+    )
+]
 register_pettingzoo_aec_env(
-    "connect_four", make_connect_four, objective=game_score, board=True, default_overrides=DEFAULTS
+    "connect_four", make_connect_four, objective=game_score, extra_flags=FLAGS
+)
+register_pettingzoo_aec_env(
+    "connect_four_planes",
+    make_connect_four,
+    objective=game_score,
+    board=True,
+    default_overrides={
+        "encoder_conv_architecture": "convnet_board",
+        "encoder_conv_mlp_layers": [256],
+    },
+    extra_flags=FLAGS,
 )
 register_scripted_policy("connect_four", "alphabeta", make_alphabeta)
+register_scripted_policy("connect_four_planes", "alphabeta", make_alphabeta)

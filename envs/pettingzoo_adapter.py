@@ -237,6 +237,7 @@ class PettingZooAECAdapter:
         flatten: bool = True,
         objective: Optional[Callable[[float], float]] = None,
         board: bool = False,
+        random_opening: int = 0,
     ):
         if not hasattr(aec_env, "agent_iter"):
             raise TypeError("expected a PettingZoo AEC env (no `agent_iter`); for a "
@@ -270,6 +271,10 @@ class PettingZooAECAdapter:
         self._next_seed = seed
         self._returns = np.zeros(self.num_agents)
         self._objective = objective
+        if int(random_opening) < 0:
+            raise ValueError(f"random_opening={random_opening}: at least 0")
+        self.random_opening = int(random_opening)
+        self._opening_rng = np.random.default_rng(seed)
 
     def _observe(self, agent: Any, moving: bool):
         raw = self.env.observe(agent)
@@ -293,9 +298,22 @@ class PettingZooAECAdapter:
         if seed is None:
             seed, self._next_seed = self._next_seed, None
         self.env.reset(seed=seed, options=options)
+        self._play_opening()
         self._returns = np.zeros(self.num_agents)
         mover = self.env.agent_selection
         return self._observations(), [{"is_active": a == mover} for a in self.agent_names]
+
+    def _play_opening(self) -> None:
+        """With `random_opening=N`, the game starts after 0..N uniformly random legal moves
+        (a game they end is started again without): more varied positions to learn from."""
+        if not self.random_opening or not self.masked:
+            return
+        for _ in range(int(self._opening_rng.integers(self.random_opening + 1))):
+            raw = self.env.observe(self.env.agent_selection)
+            self.env.step(int(self._opening_rng.choice(np.flatnonzero(raw["action_mask"]))))
+            if any(self.env.terminations.values()) or any(self.env.truncations.values()):
+                self.env.reset()
+                return
 
     def step(self, actions: Sequence[Any]):
         if len(actions) != self.num_agents:
@@ -340,7 +358,11 @@ class PettingZooAECFactory(PettingZooFactory):
 
     def __call__(self, full_env_name, cfg, env_config, render_mode=None):
         env, seed = self._env_and_seed(cfg, env_config, render_mode)
-        return PettingZooAECAdapter(env, seed=seed, objective=self.objective, board=self.board)
+        # training envs only: evaluation (launch.match) gives no such flag, so no opening
+        opening = int(getattr(cfg, "random_opening_moves", 0) or 0)
+        return PettingZooAECAdapter(
+            env, seed=seed, objective=self.objective, board=self.board, random_opening=opening
+        )
 
 
 def register_pettingzoo_aec_env(

@@ -71,8 +71,8 @@ def test_the_observation_space_is_a_masked_vector():
 
 
 def test_board_planes_are_pettingzoos_board_planes_first():
-    """`board=True` (connect_four's registration): the same board as (planes, rows, columns)
-    float32, which the board encoder reads as it is (not scaled as pixels)."""
+    """`board=True` (connect_four_planes): the same board as (planes, rows, columns) float32,
+    which the board encoder reads as it is (not scaled as pixels)."""
     import torch
 
     from rl_pbt.config.parse import parse_cfg as cfg_of
@@ -93,7 +93,7 @@ def test_board_planes_are_pettingzoos_board_planes_first():
         action = int(rng.choice(np.flatnonzero(ref.observe(mover)["action_mask"])))
         obs, *_ = env.step([action, action])
         ref.step(action)
-    cfg = cfg_of(["--env=connect_four", "--normalize_input=False"])
+    cfg = cfg_of(["--env=connect_four_planes", "--normalize_input=False"])
     assert cfg.encoder_conv_architecture == "convnet_board"  # the env's default
     model = make_actor_critic(env.observation_space, env.action_space, cfg)
     planes = torch.as_tensor(obs[0]["observation"])[None]
@@ -103,6 +103,25 @@ def test_board_planes_are_pettingzoos_board_planes_first():
     model.encode({"observation": planes})
     hook.remove()
     torch.testing.assert_close(seen["x"], planes)  # not divided by 255
+
+
+def test_a_random_opening_starts_training_games_later_and_evaluation_games_empty():
+    from types import SimpleNamespace
+
+    from rl_pbt.config.parse import parse_cfg as cfg_of
+    from rl_pbt.envs.registry import make_env
+
+    cfg = cfg_of(["--env=connect_four", "--random_opening_moves=4", "--seed=2"])
+    env = make_env("connect_four", cfg, {"env_id": 0})
+    pieces = []
+    for _ in range(200):
+        obs, infos = env.reset()
+        pieces.append(int(obs[0]["observation"].sum()))
+        mover = env.agent_names.index(env.env.agent_selection)
+        assert obs[mover]["action_mask"].sum() >= 1
+    assert set(pieces) == {0, 1, 2, 3, 4}  # 0..4 random moves played, each count seen
+    plain = make_env("connect_four", SimpleNamespace(seed=2), {"env_id": 0})  # as match makes it
+    assert all(int(plain.reset()[0][0]["observation"].sum()) == 0 for _ in range(20))
 
 
 def test_connect_four_self_play_trains_without_an_illegal_move(tmp_path):
