@@ -33,16 +33,20 @@ def mlp(in_size: int, layers: list[int], act: type[nn.Module]) -> tuple[nn.Modul
     return nn.Sequential(*modules), in_size
 
 
+def _conv_stack(
+    channels: int, layers: list[tuple[int, int, int, int]], act: type[nn.Module]
+) -> nn.Module:
+    """Convolutions (out channels, kernel, stride, padding), each followed by `act`, then
+    flattened."""
+    modules: list[nn.Module] = []
+    for out, kernel, stride, padding in layers:
+        modules += [nn.Conv2d(channels, out, kernel, stride=stride, padding=padding), act()]
+        channels = out
+    return nn.Sequential(*modules, nn.Flatten())
+
+
 def convnet_simple(channels: int, act: type[nn.Module]) -> nn.Module:
-    return nn.Sequential(
-        nn.Conv2d(channels, 32, 8, stride=4),
-        act(),
-        nn.Conv2d(32, 64, 4, stride=2),
-        act(),
-        nn.Conv2d(64, 128, 3, stride=2),
-        act(),
-        nn.Flatten(),
-    )
+    return _conv_stack(channels, [(32, 8, 4, 0), (64, 4, 2, 0), (128, 3, 2, 0)], act)
 
 
 class ResidualBlock(nn.Module):
@@ -76,15 +80,7 @@ def convnet_impala(channels: int, act: type[nn.Module]) -> nn.Module:
 def convnet_board(channels: int, act: type[nn.Module]) -> nn.Module:
     """For small boards (board games, grid worlds): three 3x3 convolutions of 32 channels that
     keep the board's size, so every cell keeps its own features (no stride, no pooling)."""
-    return nn.Sequential(
-        nn.Conv2d(channels, 32, 3, padding=1),
-        act(),
-        nn.Conv2d(32, 32, 3, padding=1),
-        act(),
-        nn.Conv2d(32, 32, 3, padding=1),
-        act(),
-        nn.Flatten(),
-    )
+    return _conv_stack(channels, [(32, 3, 1, 1)] * 3, act)
 
 
 CONV_ARCHITECTURES = {
