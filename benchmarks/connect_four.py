@@ -9,7 +9,10 @@ Default mode: one population (`--members`, the trainer's defaults otherwise) tra
 after each stage (env steps per member, or the time limit, whichever comes first) every member
 plays `--games` games against each opponent, half of them moving first, and a table prints the
 score of each member (1 win, 0.5 draw, 0 loss) with its 95% interval, the best member and the
-mean. The goal line checks the best member at the last stage: >= 0.95 against random and
+mean. Then the tactics of each member (its most likely move): on positions from random games
+where the player to move can win at once, how often it does, and where it must block the
+opponent's four (and cannot win), how often it blocks; random play and alpha-beta depth 1 for
+reference. The goal line checks the best member at the last stage: >= 0.95 against random and
 >= 0.70 against alpha-beta depth 2.
 
 `--compare`: for each seed, three populations with the same frames (the last stage): PBT
@@ -33,6 +36,7 @@ import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
+from envs.connect_four import COLS, board_from_obs, drop_row, wins  # noqa: E402
 from launch import match  # noqa: E402
 from rl_pbt.envs.registry import make_env  # noqa: E402
 
@@ -85,6 +89,57 @@ def evaluate(args, experiment: str, opponents: list[str]) -> dict[str, list[floa
     return out
 
 
+def tactic_positions(count: int, seed: int) -> tuple[object, list]:
+    """(env, positions) from random games: (observation of the player to move, the columns
+    that win at once, the columns that block the opponent's four), where either is non-empty."""
+    env = make_env("connect_four", match.seeded(seed), {"env_id": 0})
+    rng = np.random.default_rng(seed)
+    out: list = []
+    obs, _ = env.reset()
+    while len(out) < count:
+        m = env.agent_names.index(env.env.agent_selection)
+        board = board_from_obs(obs[m])
+        legal = np.flatnonzero(obs[m]["action_mask"]).tolist()
+        found = {1: [], -1: []}
+        for side in (1, -1):
+            for col in legal:
+                cell = drop_row(board, col) * COLS + col
+                board[cell] = side
+                if wins(board, cell, side):
+                    found[side].append(col)
+                board[cell] = 0
+        if found[1] or found[-1]:
+            out.append((obs[m], found[1], found[-1]))
+        move = int(rng.choice(legal))
+        obs, *_ = env.step([move, move])
+    return env, out
+
+
+def tactic_rates(player, positions) -> tuple[float, float]:
+    """(share of won-at-once positions where `player` wins, share of must-block positions
+    without a win where it blocks)."""
+    take = [player.act(o) in win for o, win, _ in positions if win]
+    block = [player.act(o) in stop for o, win, stop in positions if stop and not win]
+    return float(np.mean(take)), float(np.mean(block))
+
+
+def print_tactics(args, experiment: str) -> None:
+    env, positions = tactic_positions(400, args.seed)
+    wins_at_once = sum(1 for _, w, _ in positions if w)
+    print(f"tactics on {len(positions)} positions from random games ({wins_at_once} with a win "
+          f"at once, {len(positions) - wins_at_once} with only a four to block): takes the "
+          "win / blocks")  # fmt: skip
+    play = SimpleNamespace(env="connect_four", experiment=experiment, train_dir=args.train_dir,
+                           deterministic=True)  # fmt: skip
+    rows = [f"p{p}" for p in range(args.members)] + ["random", "alphabeta:depth=1"]
+    cells = []
+    for name in rows:
+        take, block = tactic_rates(match.make_player(name, env, play, args.seed)(), positions)
+        cells.append(f"{name} {take:.2f} / {block:.2f}")
+    print("  " + "; ".join(cells), flush=True)
+    env.close()
+
+
 def population(args) -> None:
     start = time.time()
     deadline = start + args.minutes * 60
@@ -108,6 +163,7 @@ def population(args) -> None:
         best = int(np.argmax(table[:, OPPONENTS.index(REFERENCE)]))
         print(f"best against {REFERENCE}: p{best}; population mean: "
               + ", ".join(f"{o} {m:.2f}" for o, m in zip(OPPONENTS, table.mean(0))))  # fmt: skip
+        print_tactics(args, "c4")
         if steps < stage:
             print(f"(the time limit came before {stage:,} env steps per member)")
             break

@@ -27,3 +27,6 @@ def test_one_stage_prints_a_row_per_member_and_the_goal(tmp_path):
         scores = [float(c.split()[0]) for c in row.strip("|").split("|")[1:]]
         assert len(scores) == 4 and all(0.0 <= s <= 1.0 for s in scores), row
     assert "goal (best member): >= 0.95 against random:" in proc.stdout
+    tactics = re.search(r"p0 ([\d.]+) / ([\d.]+);.*alphabeta:depth=1 ([\d.]+) / ", proc.stdout)
+    assert tactics, out
+    assert float(tactics.group(3)) == 1.0  # depth 1 always takes a win: the positions are right
