@@ -107,6 +107,7 @@ class PopulationDriver:
         self.group_nodes: dict[str, str] = dict(before.get("group_nodes", {}))
         # (member, seconds from the decision to its first update after the copy, across groups)
         self.copy_latencies: list[tuple[int, float, bool]] = []
+        self.before_arrival: dict[int, float] = {}  # member -> decision to arrival (s)
         self.recent: list[list[float]] = [[] for _ in range(cfg.num_policies)]
         self.writers: dict[int, Any] = {}  # member -> its TensorBoard writer
         self._failed_copies = 0  # decisions a group could not carry out (it was restarting)
@@ -331,6 +332,8 @@ class PopulationDriver:
             for policy, value in scores:
                 self.pbt.record_episode(policy, value)
         for m, seconds, across in poll["copy_latencies"]:
+            if across:  # from the arrival in the group: add the driver's part before it
+                seconds += self.before_arrival.pop(ids[m], 0.0)
             self.copy_latencies.append((ids[m], seconds, across))
         if len(self.groups) > 1 and not poll["finished"]:
             for sid, m, steps in poll["snapshots"]:
@@ -476,11 +479,15 @@ class PopulationDriver:
         decided = time.time()
         source = self.member[d.source_id]
         state = self.actors[source.group].export.remote(source.local)  # stays in the store
-        same = ray.get(
+        same, installed_s = ray.get(
             self.actors[target.group].import_state.remote(
-                target.local, state, dict(d.hparams), d.shaping, decided
+                target.local, state, dict(d.hparams), d.shaping
             )
         )
+        copied_s = time.time() - decided
+        # the group times the first update from the state's arrival on its own clock; the
+        # stretch before the arrival (export, transfer) is what the driver saw less the install
+        self.before_arrival[d.policy_id] = max(0.0, copied_s - installed_s)
         record = {
             "time": decided,
             "env_steps": self.env_steps[d.policy_id],
@@ -488,7 +495,7 @@ class PopulationDriver:
             "source": d.source_id,
             "target_group": target.group,
             "source_group": source.group,
-            "copied_s": round(time.time() - decided, 4),
+            "copied_s": round(copied_s, 4),
             "bit_exact": same,
         }
         self.copies.append(record)

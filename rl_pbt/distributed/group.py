@@ -163,13 +163,17 @@ class NodeGroup:
         return self._ask(Export(policy))
 
     def import_state(
-        self, policy: int, state: torch.Tensor, hparams: dict, shaping, decided_at: float
-    ) -> bool:
-        """Install a member of another group's exported state (then `hparams`, `shaping`);
-        True when the state read back right after equals `state` bit for bit."""
-        echo = self._ask(Import(policy, state, hparams, shaping, decided_at))
+        self, policy: int, state: torch.Tensor, hparams: dict, shaping
+    ) -> tuple[bool, float]:
+        """Install a member of another group's exported state (then `hparams`, `shaping`):
+        (whether the state read back right after equals `state` bit for bit, seconds from the
+        state's arrival here to that read-back). The group times the target's first update
+        from the arrival, on this node's clock: the driver's clock may differ."""
+        arrived = time.time()
+        echo = self._ask(Import(policy, state, hparams, shaping, arrived))
         n = state.numel()
-        return bool(torch.equal(echo[:n], state.reshape(-1).to(echo.dtype)))
+        same = bool(torch.equal(echo[:n], state.reshape(-1).to(echo.dtype)))
+        return same, time.time() - arrived
 
     def export_snapshot(self, snapshot: str) -> tuple[torch.Tensor, int]:
         """A frozen snapshot of this group: (its packed weights, their version)."""

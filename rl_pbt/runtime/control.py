@@ -12,7 +12,7 @@ Commands, in the group's own (local) policy ids:
   None), carried out as the runner's own PBT step would;
 - `Export(policy)`: the member's whole state (weights, normalisers, Adam moments and step) as
   one flat tensor, the same bytes a copy inside the group moves;
-- `Import(policy, state, hparams, shaping, decided_at)`: a copy from a member of another group;
+- `Import(policy, state, hparams, shaping, arrived_at)`: a copy from a member of another group;
 - `ExportSnapshot(snapshot)`, `AddSnapshot(snapshot, weights, version)`: self-play, a frozen
   snapshot of a member of one group becomes an opponent in the others.
 """
@@ -46,7 +46,7 @@ class Import:
     state: torch.Tensor
     hparams: dict[str, float]
     shaping: Optional[dict]
-    decided_at: float
+    arrived_at: float  # on the group's own clock: the first update is timed from it
 
 
 @dataclass

@@ -1006,7 +1006,7 @@ class Runner:
                 # state, to compare with the one sent
                 self.learner_queues[p].put(ApplyPBT(p, row, dict(command.hparams), export_to=row))
                 self.control.waiting_exports.setdefault(p, []).append(reply)
-                self.copy_decided_at[p] = command.decided_at
+                self.copy_decided_at[p] = command.arrived_at
                 self.control.imported.add(p)
                 if command.shaping is not None:
                     for q in self.worker_queues:
