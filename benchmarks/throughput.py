@@ -100,6 +100,15 @@ def _random_actions(space, rng, shape: tuple[int, ...]):
     return [space.sample() for _ in range(int(np.prod(shape)))]
 
 
+def _legal_random(obs, space, rng) -> int:
+    """A random legal action of an agent whose observation carries an `action_mask`."""
+    return int(rng.choice(np.flatnonzero(np.asarray(obs["action_mask"]) > 0)))
+
+
+def _masked(obs) -> bool:
+    return isinstance(obs, dict) and "action_mask" in obs
+
+
 def _raw_steps(env_name: str, cfg, num_envs: int, worker: int, seconds: float) -> float:
     """Agent steps/s (median of the 1 s windows in the second half) of one process stepping
     `num_envs` copies with random actions; all copies in one batched env when training would
@@ -114,24 +123,32 @@ def _raw_steps(env_name: str, cfg, num_envs: int, worker: int, seconds: float) -
     rng = np.random.default_rng(worker)
     if getattr(cfg, "batched_envs", False) and has_batched_env(env_name):
         batch = make_env_batch(env_name, cfg, configs)
-        for k in range(num_envs):
-            batch.reset_copy(k)
+        last = [batch.reset_copy(k)[0] for k in range(num_envs)]
         n_agents, space = batch.num_agents, batch.action_space
 
         def step_all() -> None:
-            actions = _random_actions(space, rng, (num_envs, n_agents))
-            batch.step(np.asarray(actions).reshape((num_envs, n_agents) + (space.shape or ())))
+            if _masked(last[0][0]):  # legal moves only (a masked env raises on others)
+                actions = [[_legal_random(o, space, rng) for o in copy] for copy in last]
+            else:
+                actions = _random_actions(space, rng, (num_envs, n_agents))
+            out = batch.step(
+                np.asarray(actions).reshape((num_envs, n_agents) + (space.shape or ()))
+            )
+            last[:] = list(out[0])
 
         closers = [batch.close]
     else:
         envs_ = [as_multiagent(make_env(env_name, cfg, c)) for c in configs]
-        for e in envs_:
-            e.reset()
+        last = [e.reset()[0] for e in envs_]
         n_agents = envs_[0].num_agents
 
         def step_all() -> None:
-            for e in envs_:
-                e.step(list(_random_actions(e.action_space, rng, (n_agents,))))
+            for k, e in enumerate(envs_):
+                if _masked(last[k][0]):
+                    actions = [_legal_random(o, e.action_space, rng) for o in last[k]]
+                else:
+                    actions = list(_random_actions(e.action_space, rng, (n_agents,)))
+                last[k] = e.step(actions)[0]
 
         closers = [e.close for e in envs_]
     steps, start = 0, time.time()
@@ -216,7 +233,8 @@ def raw_env_rate(
 
 
 def raw_rate(args) -> float:
-    return raw_env_rate(args.env, args.num_workers, args.num_envs, args.frameskip)
+    flags = [f for f in args.extra if f.startswith("--batched_envs")]  # the same env layout
+    return raw_env_rate(args.env, args.num_workers, args.num_envs, args.frameskip, env_flags=flags)
 
 
 def main() -> None:

@@ -148,6 +148,16 @@ class PettingZooParallelAdapter:
         self.env.close()
 
 
+def factory_seed(cfg: Any, env_config: Optional[dict]) -> Optional[int]:
+    """An env's own seed, from `--seed` and its `env_id` (None without `--seed`: fresh
+    entropy). A batched twin seeds copy k as the env made alone for the same env_config."""
+    base = getattr(cfg, "seed", None) if cfg is not None else None
+    if base is None:
+        return None
+    env_id = int((env_config or {}).get("env_id", 0))
+    return int(np.random.SeedSequence(base, spawn_key=(env_id,)).generate_state(1)[0])
+
+
 class PettingZooFactory:
     """A picklable env factory around `creator_fn(**env_kwargs)` returning a ParallelEnv."""
 
@@ -160,12 +170,7 @@ class PettingZooFactory:
         kwargs = dict(self.env_kwargs)
         if render_mode is not None:
             kwargs["render_mode"] = render_mode
-        base = getattr(cfg, "seed", None) if cfg is not None else None
-        seed = None
-        if base is not None:
-            env_id = int((env_config or {}).get("env_id", 0))
-            seed = int(np.random.SeedSequence(base, spawn_key=(env_id,)).generate_state(1)[0])
-        return self.creator_fn(**kwargs), seed
+        return self.creator_fn(**kwargs), factory_seed(cfg, env_config)
 
     def __call__(
         self,
@@ -373,15 +378,18 @@ def register_pettingzoo_aec_env(
     default_overrides: Optional[dict[str, Any]] = None,
     objective: Optional[Callable[[float], float]] = None,
     board: bool = False,
+    make_batch_func: Optional[Callable[..., Any]] = None,
 ) -> None:
     """Register `name` as the turn-based `creator_fn(**env_kwargs)` (e.g.
     `connect_four_v3.env`) wrapped in `PettingZooAECAdapter` (`board=True`: observations as
     board planes, see there); `creator_fn` (and `objective`, the game's return ->
-    true_objective) should be module-level functions."""
+    true_objective) should be module-level functions. `make_batch_func`: a faster batched
+    twin for the rollout workers (see `register_env`), which must play what the adapter
+    gives."""
     register_env(
         name,
         PettingZooAECFactory(creator_fn, env_kwargs, objective, board),
         extra_flags=extra_flags,
         default_overrides=default_overrides,
+        make_batch_func=make_batch_func,
     )
-
