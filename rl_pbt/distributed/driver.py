@@ -108,6 +108,9 @@ class PopulationDriver:
         # (member, seconds from the decision to its first update after the copy, across groups)
         self.copy_latencies: list[tuple[int, float, bool]] = []
         self.before_arrival: dict[int, float] = {}  # member -> decision to arrival (s)
+        # groups Ray restarted: their members' counts before, and at the resume
+        self.restarts: list[dict[str, Any]] = before.get("group_restarts", [])
+        self._resuming: dict[int, dict[str, Any]] = {}  # group -> its restart record
         self.recent: list[list[float]] = [[] for _ in range(cfg.num_policies)]
         self.writers: dict[int, Any] = {}  # member -> its TensorBoard writer
         self._failed_copies = 0  # decisions a group could not carry out (it was restarting)
@@ -293,6 +296,21 @@ class PopulationDriver:
         restarted = self.started_at.get(g) not in (None, poll["started_at"])
         if restarted:
             log(f"node group {g} was restarted by Ray: its members resume from checkpoints")
+            before = [self.env_steps[i] for i in ids]
+            record = {"group": g, "time": time.time(), "env_steps_before": before,
+                      "env_steps_resumed": [None] * len(ids)}  # fmt: skip
+            self.restarts.append(record)
+            self._resuming[g] = record
+        record = self._resuming.get(g)
+        if record is not None:
+            # each member's first count after the restart: that of the checkpoint it loaded
+            # (plus whatever it trained since), never a start from zero
+            resumed = record["env_steps_resumed"]
+            for m, steps in enumerate(poll["env_steps"]):
+                if resumed[m] is None and steps > 0:
+                    resumed[m] = int(steps)
+            if all(x is not None for x in resumed):
+                del self._resuming[g]
         if poll["waiting"] and not final:
             self._start_groups([g])
         if (restarted or g not in self.started_at) and not poll["finished"]:
@@ -549,6 +567,7 @@ class PopulationDriver:
                 "statuses": statuses,
                 "cross_group_copies": self.copies,
                 "decisions_not_carried_out": self._failed_copies,
+                "group_restarts": self.restarts,
                 "snapshots_shared_between_groups": self.shared_snapshots,
                 # checkpoint files copied between the groups' nodes and the experiment folder
                 "checkpoints_fetched_from_groups": self.fetched,

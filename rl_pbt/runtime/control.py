@@ -99,7 +99,10 @@ class GroupControl:
         self._lock = threading.Lock()
         self._records = Records()
         self.stop_requested = False
-        self.waiting_exports: dict[int, list[Reply]] = {}  # runner side: policy -> replies
+        # runner side: (policy, transfer row) -> replies waiting for that export. Keyed by the
+        # row too: an export of a member into its own row (a copy's source) must never answer
+        # the read-back of a state imported into the incoming row, nor the other way round
+        self.waiting_exports: dict[tuple[int, int], list[Reply]] = {}
         self.imported: set[int] = set()  # runner side: copies from another group in flight
 
     # --- the driver's side ------------------------------------------------------------------

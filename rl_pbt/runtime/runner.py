@@ -951,7 +951,8 @@ class Runner:
                         self.control.record_copy_latency(msg.policy_id, trained)
                 if msg.kind == "exported" and self.control is not None:
                     state = self.params.read_transfer(msg.data["row"]).clone()
-                    for reply in self.control.waiting_exports.pop(msg.policy_id, []):
+                    key = (msg.policy_id, int(msg.data["row"]))
+                    for reply in self.control.waiting_exports.pop(key, []):
                         reply.set(state)
 
     @staticmethod
@@ -992,7 +993,7 @@ class Runner:
                 reply.set()
             elif isinstance(command, Export):
                 p = command.policy
-                waiting = self.control.waiting_exports.setdefault(p, [])
+                waiting = self.control.waiting_exports.setdefault((p, p), [])
                 if not waiting:  # one export answers every request made meanwhile
                     self.learner_queues[p].put(ExportState(p, ExportDone(p)))
                 waiting.append(reply)
@@ -1005,7 +1006,7 @@ class Runner:
                 # exported again right after the import (into the same row): the reply is that
                 # state, to compare with the one sent
                 self.learner_queues[p].put(ApplyPBT(p, row, dict(command.hparams), export_to=row))
-                self.control.waiting_exports.setdefault(p, []).append(reply)
+                self.control.waiting_exports.setdefault((p, row), []).append(reply)
                 self.copy_decided_at[p] = command.arrived_at
                 self.control.imported.add(p)
                 if command.shaping is not None:

@@ -56,13 +56,21 @@ def read(path):
         return f.read()
 
 
+def checkpoint_steps(path: str) -> int:
+    """The env steps in a checkpoint's name (checkpoint_{version}_{env_steps}.pth)."""
+    return int(os.path.splitext(os.path.basename(path))[0].split("_")[2])
+
+
 def kill_group_when_checkpointed(exp_dir, name, out):
-    """Kill node group g1's actor (Ray restarts it) once its first checkpoint is on disk."""
-    folder = os.path.join(exp_dir, "groups", "g1", "checkpoint_p0")
+    """Kill node group g1's actor (Ray restarts it) once its members' first checkpoints are on
+    disk."""
+    folders = [os.path.join(exp_dir, "groups", "g1", f"checkpoint_p{m}") for m in range(2)]
     deadline = time.time() + 240
     while time.time() < deadline:
-        if os.path.isdir(folder) and os.listdir(folder):
+        if all(os.path.isdir(f) and latest_checkpoint(f) for f in folders):
             time.sleep(2.0)
+            # the newest checkpoint of each of g1's members when it dies: env steps in its name
+            out["checkpointed"] = [checkpoint_steps(latest_checkpoint(f)) for f in folders]
             ray.kill(ray.get_actor(name), no_restart=False)
             out["killed"] = time.time()
             return
@@ -88,6 +96,13 @@ def test_population_over_two_nodes(cluster, tmp_path, capsys):
     assert "node group 1 was restarted by Ray" in out
 
     population = json.loads(read(os.path.join(exp, "population.json")))
+    # the killed group's members resumed from their checkpoints: their first counts after the
+    # restart are at least those of the newest checkpoints at the kill, never 0
+    (restart,) = [r for r in population["group_restarts"] if r["group"] == 1]
+    assert all(r >= c > 0 for r, c in zip(restart["env_steps_resumed"], killed["checkpointed"])), (
+        restart,
+        killed,
+    )
     # every member trained its whole budget, the killed group's included
     assert min(population["env_steps"]) >= 200_000
     # the population learned: its best member at the usual CartPole bar
@@ -95,7 +110,7 @@ def test_population_over_two_nodes(cluster, tmp_path, capsys):
     # PBT copied members across node groups, each checked bit for bit on arrival
     across = population["cross_group_copies"]
     assert across, "no copy between node groups"
-    assert all(c["bit_exact"] for c in across)
+    assert all(c["bit_exact"] for c in across), across
     assert all(c["source_group"] != c["target_group"] for c in across)
 
     # enjoy and match find member 3 in its node group's folder
