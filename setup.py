@@ -27,14 +27,15 @@ setup(
             "imageio-ffmpeg>=0.4.8",
             "wandb>=0.16",
             "pettingzoo>=1.24",
+            "pygame-ce>=2.3",
             "ray>=2.40,<3",
         ],
         "bench": ["psutil>=5.9"],
         # --ray_address: a population over several machines (tested with 2.60)
         "ray": ["ray>=2.40,<3"],
-        # ParallelEnv and turn-based (AEC) envs; connect_four needs nothing more (its
-        # renderer needs pygame)
-        "pettingzoo": ["pettingzoo>=1.24"],
+        # ParallelEnv and turn-based (AEC) envs; PettingZoo's classic games (connect_four)
+        # import pygame at load time (its "classic" extra would also build open_spiel)
+        "pettingzoo": ["pettingzoo>=1.24", "pygame-ce>=2.3"],
         # counts GPUs through NVML, so the main process never initialises CUDA to count them
         "gpu": ["nvidia-ml-py>=12"],
         # launch.report draws the population's story as PNGs and an offline HTML page;
