@@ -24,6 +24,7 @@ import torch
 from rl_pbt.config.parse import Cfg, save_cfg
 from rl_pbt.envs.registry import restore_registry
 from rl_pbt.learning.checkpoints import checkpoint_files, install_checkpoint_file
+from rl_pbt.memory.param_store import same_state_bits
 from rl_pbt.runtime.control import (
     AddSnapshot,
     Apply,
@@ -172,7 +173,7 @@ class NodeGroup:
         arrived = time.time()
         echo = self._ask(Import(policy, state, hparams, shaping, arrived))
         n = state.numel()
-        same = bool(torch.equal(echo[:n], state.reshape(-1).to(echo.dtype)))
+        same = same_state_bits(echo[:n], state.reshape(-1).to(echo.dtype))
         return same, time.time() - arrived
 
     def export_snapshot(self, snapshot: str) -> tuple[torch.Tensor, int]:

@@ -69,6 +69,16 @@ def pack_state(model: nn.Module, out: Optional[torch.Tensor] = None) -> torch.Te
         return torch.cat(pieces, out=out)
 
 
+def same_state_bits(a: torch.Tensor, b: torch.Tensor) -> bool:
+    """Whether two packed states hold the same bits. Not `torch.equal` on the float words:
+    the two halves of a float64 or int64 value (normalisers, counts) can read as a NaN word,
+    and a NaN never equals itself."""
+    if a.shape != b.shape or a.dtype != b.dtype:
+        return False
+    as_int = {1: torch.uint8, 2: torch.int16, 4: torch.int32, 8: torch.int64}[a.element_size()]
+    return bool(torch.equal(a.contiguous().view(as_int), b.contiguous().view(as_int)))
+
+
 def unpack_state(model: nn.Module, flat: torch.Tensor) -> None:
     """Load a vector made by `pack_state` into the model: one copy to the model's device
     (when it is elsewhere), then the pieces on the device. `flat` must start at an even word."""

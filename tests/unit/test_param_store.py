@@ -14,6 +14,7 @@ from rl_pbt.memory.param_store import (
     ParamStore,
     flat_state_size,
     pack_state,
+    same_state_bits,
     transfer_size,
     unpack_state,
 )
@@ -129,3 +130,21 @@ def test_transfer_round_trip_through_the_store():
     other = Tiny()
     unpack_state(other, pack_state(model))
     assert same_bits(model, other)
+
+
+def test_same_bits_compares_packed_states_bit_for_bit_nan_words_included():
+    """A float64 whose low half reads as a float32 NaN: `torch.equal` on the packed words says
+    the state differs from its own copy (this made copies between node groups look inexact);
+    `same_state_bits` compares the bits."""
+    value = np.array([1.0], dtype=np.float64).view(np.uint64)
+    value |= np.uint64(0x7FC00001)  # the low word: a quiet NaN pattern, the value still finite
+    model = nn.Module()
+    model.register_buffer("mean", torch.from_numpy(value.view(np.float64)))
+    packed = pack_state(model)
+    assert torch.isnan(packed).any() and np.isfinite(value.view(np.float64)).all()
+    copy = packed.clone()
+    assert not torch.equal(packed, copy)  # the trap
+    assert same_state_bits(packed, copy)
+    copy[-1] = 0.0
+    assert not same_state_bits(packed, copy)
+    assert not same_state_bits(packed, packed[:-1]) and not same_state_bits(packed, packed.double())
