@@ -17,7 +17,7 @@ from typing import Any, Optional
 import numpy as np
 from gymnasium import spaces
 
-from rl_pbt.envs.interfaces import BatchedMultiAgentEnv
+from rl_pbt.envs.interfaces import BatchedMultiAgentEnv, generator_from_state
 
 ROWS, COLS = 6, 7
 CELLS = ROWS * COLS
@@ -196,11 +196,7 @@ class ConnectFourBatch(BatchedMultiAgentEnv):
     def set_state(self, state: dict) -> None:
         for k in self._STATE:
             getattr(self, k)[...] = state[k]
-        self._rngs = []
-        for saved in state["rngs"]:
-            rng = np.random.default_rng()
-            rng.bit_generator.state = saved
-            self._rngs.append(rng)
+        self._rngs = [generator_from_state(saved) for saved in state["rngs"]]
 
     def close(self) -> None:
         """Nothing to release."""

@@ -66,7 +66,7 @@ from envs.arena.game import (
     ObsLayout,
     zone_schedule,
 )
-from rl_pbt.envs.interfaces import BatchedMultiAgentEnv
+from rl_pbt.envs.interfaces import BatchedMultiAgentEnv, generator_from_state
 
 SeedLike = Union[int, np.random.SeedSequence, None]
 
@@ -757,11 +757,7 @@ class ArenaBatch(BatchedMultiAgentEnv):
         for k in self._STATE:
             getattr(self, k)[...] = state[k]
         self._teams_standing = bool(state["teams_standing"])
-        self._rngs = []
-        for saved in state["rngs"]:
-            rng = np.random.default_rng()
-            rng.bit_generator.state = saved
-            self._rngs.append(rng)
+        self._rngs = [generator_from_state(saved) for saved in state["rngs"]]
 
     def close(self) -> None:
         """Nothing to release."""

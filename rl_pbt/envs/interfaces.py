@@ -5,6 +5,8 @@ from __future__ import annotations
 from abc import ABC, abstractmethod
 from typing import Any, Optional, Union
 
+import numpy as np
+
 
 class RewardShapingInterface(ABC):
     """Envs whose shaped reward PBT may tune.
@@ -76,3 +78,11 @@ class BatchedMultiAgentEnv(ABC):
     @abstractmethod
     def close(self) -> None:
         """Release the copies' resources."""
+
+
+def generator_from_state(state: dict) -> np.random.Generator:
+    """A NumPy generator that continues from `bit_generator.state` saved by an env's
+    `get_state()` (plain data, as serial runs save it)."""
+    rng = np.random.default_rng()
+    rng.bit_generator.state = state
+    return rng
