@@ -45,10 +45,11 @@ OPPONENTS = ["random", "alphabeta:depth=1", "alphabeta:depth=2", "alphabeta:dept
 REFERENCE = "alphabeta:depth=2"
 
 
-def train(train_dir: str, experiment: str, steps: int, seconds: float, flags: list[str]) -> dict:
+def train(train_dir: str, experiment: str, steps: int, seconds: float, flags: list[str],
+          env: str = "connect_four") -> dict:  # fmt: skip
     """Train (or resume) `experiment` up to `steps` env steps per member or `seconds`; returns
     summary.json (raises when the run failed)."""
-    cmd = [sys.executable, "-m", "launch.train", "--env=connect_four",
+    cmd = [sys.executable, "-m", "launch.train", f"--env={env}",
            f"--train_for_env_steps={steps}", f"--train_for_seconds={max(1, int(seconds))}",
            f"--train_dir={train_dir}", f"--experiment={experiment}", *flags]  # fmt: skip
     log = os.path.join(train_dir, f"{experiment}.log")
@@ -60,11 +61,12 @@ def train(train_dir: str, experiment: str, steps: int, seconds: float, flags: li
         return json.load(f)
 
 
-def scores(train_dir, experiment, member, opponent, games, seed, deterministic) -> list[float]:
+def scores(train_dir, experiment, member, opponent, games, seed, deterministic,
+           env_name="connect_four") -> list[float]:  # fmt: skip
     """`games` games of member pN against `opponent`, half moving first: scores of pN."""
-    args = SimpleNamespace(env="connect_four", experiment=experiment, train_dir=train_dir,
+    args = SimpleNamespace(env=env_name, experiment=experiment, train_dir=train_dir,
                            deterministic=deterministic)  # fmt: skip
-    env = make_env("connect_four", match.seeded(seed), {"env_id": 0})
+    env = make_env(env_name, match.seeded(seed), {"env_id": 0})
     me = match.make_player(f"p{member}", env, args, seed)
     other = match.make_player(opponent, env, args, seed + 1)
     first = match.play(env, [me(), me()], [other(), other()], games // 2, 10**7)
@@ -83,16 +85,16 @@ def evaluate(args, experiment: str, opponents: list[str]) -> dict[str, list[floa
     out = {}
     for p in range(args.members):
         row = [scores(args.train_dir, experiment, p, o, args.games, args.seed + 10 * p,
-                      args.deterministic) for o in opponents]  # fmt: skip
+                      args.deterministic, args.env) for o in opponents]  # fmt: skip
         out[p] = [float(np.mean(s)) for s in row]
         print(f"| p{p} | " + " | ".join(cell(s) for s in row) + " |", flush=True)
     return out
 
 
-def tactic_positions(count: int, seed: int) -> tuple[object, list]:
+def tactic_positions(count: int, seed: int, env_name: str = "connect_four") -> tuple[object, list]:
     """(env, positions) from random games: (observation of the player to move, the columns
     that win at once, the columns that block the opponent's four), where either is non-empty."""
-    env = make_env("connect_four", match.seeded(seed), {"env_id": 0})
+    env = make_env(env_name, match.seeded(seed), {"env_id": 0})
     rng = np.random.default_rng(seed)
     out: list = []
     obs, _ = env.reset()
@@ -124,12 +126,12 @@ def tactic_rates(player, positions) -> tuple[float, float]:
 
 
 def print_tactics(args, experiment: str) -> None:
-    env, positions = tactic_positions(400, args.seed)
+    env, positions = tactic_positions(400, args.seed, args.env)
     wins_at_once = sum(1 for _, w, _ in positions if w)
     print(f"tactics on {len(positions)} positions from random games ({wins_at_once} with a win "
           f"at once, {len(positions) - wins_at_once} with only a four to block): takes the "
           "win / blocks")  # fmt: skip
-    play = SimpleNamespace(env="connect_four", experiment=experiment, train_dir=args.train_dir,
+    play = SimpleNamespace(env=args.env, experiment=experiment, train_dir=args.train_dir,
                            deterministic=True)  # fmt: skip
     rows = [f"p{p}" for p in range(args.members)] + ["random", "alphabeta:depth=1"]
     cells = []
@@ -151,7 +153,7 @@ def population(args) -> None:
         left = deadline - time.time()
         if left < 30:
             break
-        summary = train(args.train_dir, "c4", stage, left, flags)
+        summary = train(args.train_dir, "c4", stage, left, flags, args.env)
         steps = min(int(s["env_steps"]) for s in summary["policies"].values())
         elapsed = (time.time() - start) / 60
         print(f"\n{steps:,} env steps per member (slowest), {summary['frames']:,} frames in "
@@ -186,11 +188,17 @@ VARIANTS = {
 def compare(args) -> None:
     steps = args.stages[-1]
     results: dict[str, list[float]] = {v: [] for v in VARIANTS}
+    # PBT's defaults start after 20M env steps: here its first round comes after an eighth of
+    # the budget, and one every eighth after it
+    period = [f"--pbt_period_env_steps={max(1, steps // 8)}",
+              f"--pbt_start_mutation={max(1, steps // 8)}"]  # fmt: skip
     for seed in args.seeds:
         for name, flags in VARIANTS.items():
             exp = f"{name}_s{seed}"
-            all_flags = [f"--num_policies={args.members}", f"--seed={seed}", *flags, *args.extra]
-            train(args.train_dir, exp, steps, 10**7, all_flags)
+            pbt = period if "--with_pbt" in flags else []
+            all_flags = [f"--num_policies={args.members}", f"--seed={seed}", *flags, *pbt,
+                         *args.extra]  # fmt: skip
+            train(args.train_dir, exp, steps, 10**7, all_flags, args.env)
             print(f"\nseed {seed}, {name} ({steps:,} env steps per member):", flush=True)
             print(f"| member | {REFERENCE} |\n|---|---|")
             scored = evaluate(args, exp, [REFERENCE])
@@ -203,6 +211,8 @@ def compare(args) -> None:
 
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--env", default="connect_four",
+                    choices=["connect_four", "connect_four_planes"])  # fmt: skip
     ap.add_argument("--members", type=int, default=4)
     ap.add_argument("--stages", type=int, nargs="+", default=[2_000_000, 5_000_000, 10_000_000],
                     help="env steps per member after which the members are evaluated")
