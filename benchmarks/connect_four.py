@@ -1,7 +1,8 @@
 """Strength of a self-play population on connect four against fixed opponents it never trained
 with: random play and alpha-beta search of depth 1, 2 and 4.
 
-    python benchmarks/connect_four.py                        # 4 members, 30 minutes at most
+    python benchmarks/connect_four.py                        # 4 members, 30 min of training
+    python benchmarks/connect_four.py --train_dir DIR --eval_only --deterministic  # rescore
     python benchmarks/connect_four.py --stages 2000000 5000000 10000000 --minutes 120
     python benchmarks/connect_four.py --compare --seeds 1 2 3 --stages 2000000
 
@@ -17,8 +18,9 @@ reference. The goal line checks the best member at the last stage: >= 0.95 again
 
 `--compare`: for each seed, three populations with the same frames (the last stage): PBT
 ranking on games against alpha-beta depth 2 (`--pbt_target_objective=vs_scripted:...`), PBT
-ranking on the win rate inside the population, and no PBT; prints each population's best
-score against depth 2, then the mean and spread over the seeds.
+ranking on the win rate inside the population, and no PBT (PBT rounds every eighth of the
+budget); prints each population's best score against depth 1 and depth 2, then the mean and
+spread over the seeds.
 """
 
 from __future__ import annotations
@@ -143,21 +145,26 @@ def print_tactics(args, experiment: str) -> None:
 
 
 def population(args) -> None:
-    start = time.time()
-    deadline = start + args.minutes * 60
+    trained = 0.0  # seconds spent training: the evaluations between stages do not count
     flags = [f"--num_policies={args.members}", f"--seed={args.seed}", *args.extra]
     print(f"connect four, {args.members} members, {args.games} games per opponent, time limit "
-          f"{args.minutes:g} min, flags: {' '.join(flags)}", flush=True)  # fmt: skip
+          f"{args.minutes:g} min of training, flags: {' '.join(flags)}", flush=True)  # fmt: skip
     last: dict = {}
     for stage in args.stages:
-        left = deadline - time.time()
-        if left < 30:
+        left = args.minutes * 60 - trained
+        if left < 30 and not args.eval_only:
             break
-        summary = train(args.train_dir, "c4", stage, left, flags, args.env)
+        began = time.time()
+        if args.eval_only:  # the run in --train_dir as it stands
+            with open(os.path.join(args.train_dir, "c4", "summary.json")) as f:
+                summary = json.load(f)
+        else:
+            summary = train(args.train_dir, "c4", stage, left, flags, args.env)
+        trained += time.time() - began
         steps = min(int(s["env_steps"]) for s in summary["policies"].values())
-        elapsed = (time.time() - start) / 60
+        when = "as trained before" if args.eval_only else f"{trained / 60:.1f} min of training"
         print(f"\n{steps:,} env steps per member (slowest), {summary['frames']:,} frames in "
-              f"all, {elapsed:.1f} min", flush=True)  # fmt: skip
+              f"all, {when}", flush=True)  # fmt: skip
         print("| member | " + " | ".join(OPPONENTS) + " |")
         print("|---|" + "---|" * len(OPPONENTS))
         last = evaluate(args, "c4", OPPONENTS)
@@ -166,6 +173,8 @@ def population(args) -> None:
         print(f"best against {REFERENCE}: p{best}; population mean: "
               + ", ".join(f"{o} {m:.2f}" for o, m in zip(OPPONENTS, table.mean(0))))  # fmt: skip
         print_tactics(args, "c4")
+        if args.eval_only:
+            break
         if steps < stage:
             print(f"(the time limit came before {stage:,} env steps per member)")
             break
@@ -187,7 +196,9 @@ VARIANTS = {
 
 def compare(args) -> None:
     steps = args.stages[-1]
-    results: dict[str, list[float]] = {v: [] for v in VARIANTS}
+    # depth 1 too: where every population scores about 0 against depth 2, it still ranks them
+    opponents = ["alphabeta:depth=1", REFERENCE]
+    results: dict[str, list[list[float]]] = {v: [] for v in VARIANTS}
     # PBT's defaults start after 20M env steps: here its first round comes after an eighth of
     # the budget, and one every eighth after it
     period = [f"--pbt_period_env_steps={max(1, steps // 8)}",
@@ -200,13 +211,15 @@ def compare(args) -> None:
                          *args.extra]  # fmt: skip
             train(args.train_dir, exp, steps, 10**7, all_flags, args.env)
             print(f"\nseed {seed}, {name} ({steps:,} env steps per member):", flush=True)
-            print(f"| member | {REFERENCE} |\n|---|---|")
-            scored = evaluate(args, exp, [REFERENCE])
-            results[name].append(max(s[0] for s in scored.values()))
-    print(f"\nbest member's score against {REFERENCE}, over seeds {args.seeds}:")
-    for name, best in results.items():
-        print(f"  {name}: mean {np.mean(best):.3f}, min {min(best):.3f}, max {max(best):.3f} "
-              f"({', '.join(f'{b:.2f}' for b in best)})")  # fmt: skip
+            print("| member | " + " | ".join(opponents) + " |\n|---|---|---|")
+            scored = np.array(list(evaluate(args, exp, opponents).values()))
+            results[name].append(scored.max(axis=0).tolist())  # best member per opponent
+    for j, opponent in enumerate(opponents):
+        print(f"\nbest member's score against {opponent}, over seeds {args.seeds}:")
+        for name, per_seed in results.items():
+            best = [b[j] for b in per_seed]
+            print(f"  {name}: mean {np.mean(best):.3f}, min {min(best):.3f}, max {max(best):.3f} "
+                  f"({', '.join(f'{b:.2f}' for b in best)})")  # fmt: skip
 
 
 def main(argv=None) -> int:
@@ -220,6 +233,8 @@ def main(argv=None) -> int:
     ap.add_argument("--games", type=int, default=100, help="games per member and opponent")
     ap.add_argument("--seed", type=int, default=1)
     ap.add_argument("--deterministic", action="store_true", help="members play their argmax")
+    ap.add_argument("--eval_only", action="store_true",
+                    help="no training: score the population already in --train_dir")  # fmt: skip
     ap.add_argument("--compare", action="store_true", help="PBT variants against no PBT")
     ap.add_argument("--seeds", type=int, nargs="+", default=[1, 2, 3])
     ap.add_argument("--train_dir", default=None)

@@ -30,3 +30,15 @@ def test_one_stage_prints_a_row_per_member_and_the_goal(tmp_path):
     tactics = re.search(r"p0 ([\d.]+) / ([\d.]+);.*alphabeta:depth=1 ([\d.]+) / ", proc.stdout)
     assert tactics, out
     assert float(tactics.group(3)) == 1.0  # depth 1 always takes a win: the positions are right
+
+    # --eval_only scores the same population again, without training it further
+    with open(os.path.join(tmp_path, "c4", "summary.json")) as f:
+        before = f.read()
+    again = [sys.executable, SCRIPT, "--members=2", "--games=4", "--deterministic",
+             "--eval_only", f"--train_dir={tmp_path}"]  # fmt: skip
+    proc = subprocess.run(again, cwd=ROOT, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "as trained before" in proc.stdout
+    assert len([ln for ln in proc.stdout.splitlines() if re.match(r"\| p[01] \|", ln)]) == 2
+    with open(os.path.join(tmp_path, "c4", "summary.json")) as f:
+        assert f.read() == before
