@@ -158,7 +158,7 @@ FLAGS = [
 # smaller net at 3e-4 learned more in 9 minutes than the defaults in 25. Minibatches of 4096
 # (2 epochs) took the env steps of one member's self-play from 2.5M to 4.8M in 4 minutes.
 # Self-play collapses to a few near-deterministic games without help: up to 8 random opening
-# moves and a 10x entropy bonus kept its entropy near 0.5 (0.07 without) and lifted it
+# moves and a 10x entropy bonus kept its entropy at 0.4-0.5 (about 0.1 without) and lifted it
 # from 0.65 to 0.90 against random play (benchmarks/RESULTS.md)
 SPEED = {"num_envs_per_worker": 32, "batch_size": 4096, "num_epochs": 2}
 VARIETY = {"random_opening_moves": 8, "exploration_loss_coeff": 0.03}

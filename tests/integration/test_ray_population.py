@@ -62,12 +62,18 @@ def checkpoint_steps(path: str) -> int:
 
 
 def kill_group_when_checkpointed(exp_dir, name, out):
-    """Kill node group g1's actor (Ray restarts it) once its members' first checkpoints are on
-    disk."""
+    """Kill node group g1's actor (Ray restarts it) once each of its members has a checkpoint
+    after some training on disk (a member that has not trained yet may have one at 0 env steps:
+    on a busy machine one member can start training well after the other)."""
     folders = [os.path.join(exp_dir, "groups", "g1", f"checkpoint_p{m}") for m in range(2)]
+
+    def trained(folder: str) -> bool:
+        newest = os.path.isdir(folder) and latest_checkpoint(folder)
+        return bool(newest) and checkpoint_steps(newest) > 0
+
     deadline = time.time() + 240
     while time.time() < deadline:
-        if all(os.path.isdir(f) and latest_checkpoint(f) for f in folders):
+        if all(trained(f) for f in folders):
             time.sleep(2.0)
             # the newest checkpoint of each of g1's members when it dies: env steps in its name
             out["checkpointed"] = [checkpoint_steps(latest_checkpoint(f)) for f in folders]
