@@ -48,7 +48,7 @@ REFERENCE = "alphabeta:depth=2"
 
 
 def train(train_dir: str, experiment: str, steps: int, seconds: float, flags: list[str],
-          env: str = "connect_four") -> dict:  # fmt: skip
+          env: str) -> dict:  # fmt: skip
     """Train (or resume) `experiment` up to `steps` env steps per member or `seconds`; returns
     summary.json (raises when the run failed)."""
     cmd = [sys.executable, "-m", "launch.train", f"--env={env}",
@@ -64,7 +64,7 @@ def train(train_dir: str, experiment: str, steps: int, seconds: float, flags: li
 
 
 def scores(train_dir, experiment, member, opponent, games, seed, deterministic,
-           env_name="connect_four") -> list[float]:  # fmt: skip
+           env_name) -> list[float]:  # fmt: skip
     """`games` games of member pN against `opponent`, half moving first: scores of pN."""
     args = SimpleNamespace(env=env_name, experiment=experiment, train_dir=train_dir,
                            deterministic=deterministic)  # fmt: skip
@@ -93,7 +93,7 @@ def evaluate(args, experiment: str, opponents: list[str]) -> dict[str, list[floa
     return out
 
 
-def tactic_positions(count: int, seed: int, env_name: str = "connect_four") -> tuple[object, list]:
+def tactic_positions(count: int, seed: int, env_name: str) -> tuple[object, list]:
     """(env, positions) from random games: (observation of the player to move, the columns
     that win at once, the columns that block the opponent's four), where either is non-empty."""
     env = make_env(env_name, match.seeded(seed), {"env_id": 0})
@@ -144,6 +144,31 @@ def print_tactics(args, experiment: str) -> None:
     env.close()
 
 
+def score_stage(args, summary: dict, when: str) -> tuple[dict[str, list[float]], int]:
+    """Score the population "c4" of `summary` (summary.json) against every opponent, with the
+    tactics line; returns (member -> scores, the slowest member's env steps)."""
+    steps = min(int(s["env_steps"]) for s in summary["policies"].values())
+    print(f"\n{steps:,} env steps per member (slowest), {summary['frames']:,} frames in "
+          f"all, {when}", flush=True)  # fmt: skip
+    print("| member | " + " | ".join(OPPONENTS) + " |")
+    print("|---|" + "---|" * len(OPPONENTS))
+    scored = evaluate(args, "c4", OPPONENTS)
+    table = np.array(list(scored.values()))
+    best = int(np.argmax(table[:, OPPONENTS.index(REFERENCE)]))
+    print(f"best against {REFERENCE}: p{best}; population mean: "
+          + ", ".join(f"{o} {m:.2f}" for o, m in zip(OPPONENTS, table.mean(0))))  # fmt: skip
+    print_tactics(args, "c4")
+    return scored, steps
+
+
+def print_goal(scored: dict) -> None:
+    table = np.array(list(scored.values()))
+    vs_random, vs_ref = table[:, 0].max(), table[:, OPPONENTS.index(REFERENCE)].max()
+    print(f"\ngoal (best member): >= 0.95 against random: {vs_random:.2f} "
+          f"({'met' if vs_random >= 0.95 else 'missed'}); >= 0.70 against {REFERENCE}: "
+          f"{vs_ref:.2f} ({'met' if vs_ref >= 0.70 else 'missed'})")
+
+
 def population(args) -> None:
     trained = 0.0  # seconds spent training: the evaluations between stages do not count
     flags = [f"--num_policies={args.members}", f"--seed={args.seed}", *args.extra]
@@ -152,38 +177,25 @@ def population(args) -> None:
     last: dict = {}
     for stage in args.stages:
         left = args.minutes * 60 - trained
-        if left < 30 and not args.eval_only:
+        if left < 30:
             break
         began = time.time()
-        if args.eval_only:  # the run in --train_dir as it stands
-            with open(os.path.join(args.train_dir, "c4", "summary.json")) as f:
-                summary = json.load(f)
-        else:
-            summary = train(args.train_dir, "c4", stage, left, flags, args.env)
+        summary = train(args.train_dir, "c4", stage, left, flags, args.env)
         trained += time.time() - began
-        steps = min(int(s["env_steps"]) for s in summary["policies"].values())
-        when = "as trained before" if args.eval_only else f"{trained / 60:.1f} min of training"
-        print(f"\n{steps:,} env steps per member (slowest), {summary['frames']:,} frames in "
-              f"all, {when}", flush=True)  # fmt: skip
-        print("| member | " + " | ".join(OPPONENTS) + " |")
-        print("|---|" + "---|" * len(OPPONENTS))
-        last = evaluate(args, "c4", OPPONENTS)
-        table = np.array(list(last.values()))
-        best = int(np.argmax(table[:, OPPONENTS.index(REFERENCE)]))
-        print(f"best against {REFERENCE}: p{best}; population mean: "
-              + ", ".join(f"{o} {m:.2f}" for o, m in zip(OPPONENTS, table.mean(0))))  # fmt: skip
-        print_tactics(args, "c4")
-        if args.eval_only:
-            break
+        last, steps = score_stage(args, summary, f"{trained / 60:.1f} min of training")
         if steps < stage:
             print(f"(the time limit came before {stage:,} env steps per member)")
             break
     if last:
-        table = np.array(list(last.values()))
-        vs_random, vs_ref = table[:, 0].max(), table[:, OPPONENTS.index(REFERENCE)].max()
-        print(f"\ngoal (best member): >= 0.95 against random: {vs_random:.2f} "
-              f"({'met' if vs_random >= 0.95 else 'missed'}); >= 0.70 against {REFERENCE}: "
-              f"{vs_ref:.2f} ({'met' if vs_ref >= 0.70 else 'missed'})")
+        print_goal(last)
+
+
+def rescore(args) -> None:
+    """--eval_only: the population in --train_dir as it stands, no training."""
+    with open(os.path.join(args.train_dir, "c4", "summary.json")) as f:
+        summary = json.load(f)
+    print(f"connect four, {args.members} members, {args.games} games per opponent", flush=True)
+    print_goal(score_stage(args, summary, "as trained before")[0])
 
 
 VARIANTS = {
@@ -243,7 +255,12 @@ def main(argv=None) -> int:
     args = ap.parse_args(argv)
     args.train_dir = args.train_dir or tempfile.mkdtemp(prefix="c4_")
     os.makedirs(args.train_dir, exist_ok=True)
-    compare(args) if args.compare else population(args)
+    if args.compare:
+        compare(args)
+    elif args.eval_only:
+        rescore(args)
+    else:
+        population(args)
     return 0
 
 
