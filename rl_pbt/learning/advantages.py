@@ -7,11 +7,13 @@ game hands the final reward to the waiting agent on such a step), an episode end
 invalid step ends that decision's return, and a decision bootstraps from the value of the
 agent's next decision, not from the invalid steps' values (the critic is not trained there).
 
-Two limits at the edges of a rollout: the last decision of a rollout bootstraps from the value
-after the rollout's last step, which is a waiting state when the rollout ends on one; and the
-rewards of invalid steps before the first decision of a rollout have no decision to go to and
-are dropped (the previous rollout was already sent). With every step valid this is the usual
-estimator.
+At the edges of a rollout: the last decision of a rollout bootstraps from `values[T]`, and
+the rewards of invalid steps before the first decision of a rollout have no decision here and
+are dropped. The rollout workers make both right: a rollout that ends on an agent's decision
+is sent once the agent decides again, with that decision's value as `values[T]` and the
+rewards and episode end of the invalid steps in between added to its last step (where they
+are then credited to the last decision); those steps' copies that open the next rollout are
+the ones dropped. With every step valid this is the usual estimator.
 """
 
 from __future__ import annotations

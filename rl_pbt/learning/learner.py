@@ -130,6 +130,23 @@ class StagedBatch:
     copied: Optional[torch.cuda.Event] = None  # recorded after the copy on a side stream
 
 
+
+def _minibatch_of(mb: torch.Tensor):
+    """x [N, T, ...] -> the minibatch's trajectories x[mb]."""
+    return lambda x: x[mb]
+
+
+def _rows_of(mb: torch.Tensor, rows: torch.Tensor):
+    """x [N, T, ...] -> the minibatch's samples at the flat indices `rows` of x[mb], as
+    [K, 1, ...] (a feed-forward model treats each sample alone: on the samples where the mask
+    holds, the losses are those of the full minibatch with its mask)."""
+
+    def pick(x: torch.Tensor) -> torch.Tensor:
+        x = x[mb]
+        return x.reshape(-1, *x.shape[2:]).index_select(0, rows).unsqueeze(1)
+
+    return pick
+
 class Learner:
     def __init__(
         self,
@@ -179,6 +196,10 @@ class Learner:
             self.generator.manual_seed(seed)
         # gather and copy the next batch while this one trains; on the CPU nothing overlaps
         self.prefetch = self.cuda
+        # on the CPU, a feed-forward model's minibatch runs only on the samples that train
+        # (turn-based games: about half of every rollout is steps where the agent waits);
+        # on a GPU the full batch costs about the same and picking the rows would sync
+        self.compact = not self.cuda and not model.use_rnn and turn_taking
         self.copy_stream = torch.cuda.Stream(self.device) if self.cuda else None
         self.next_batch: Optional[StagedBatch] = None
         self.version = 0
@@ -364,23 +385,29 @@ class Learner:
         no_norm = torch.zeros((), device=self.device)
         for mb, plan in zip(order, plans):
             m = mask[mb]
+            pick = _minibatch_of(mb)
+            if self.compact:
+                rows = m.reshape(-1).nonzero().squeeze(1)
+                if rows.numel():  # else: the whole minibatch, all masked
+                    pick = _rows_of(mb, rows)
+                    m = torch.ones_like(pick(mask))
             with self._autocast():
                 logp, ent, values = model.evaluate(
-                    {k: v[mb] for k, v in obs.items()},
-                    actions[mb],
+                    {k: pick(v) for k, v in obs.items()},
+                    pick(actions),
                     batch["rnn_states"][mb] if model.use_rnn else None,
-                    dones[mb],
+                    pick(dones),
                     self.rec,
                     plan=plan,
                 )
                 # the losses are reduced in float32 whatever the forward pass ran in
                 logp, ent, values = logp.float(), ent.float(), values.float()
-                a = adv[mb]
+                a = pick(adv)
                 if cfg.normalize_advantage:
                     a = normalize_advantages(a, m)
-                pl, pstats = ppo_policy_loss(logp, old_logp[mb], a, hp["ppo_clip_ratio"], m)
+                pl, pstats = ppo_policy_loss(logp, pick(old_logp), a, hp["ppo_clip_ratio"], m)
                 vl = clipped_value_loss(
-                    values, old_values[mb], targets[mb], hp["ppo_clip_value"], m
+                    values, pick(old_values), pick(targets), hp["ppo_clip_value"], m
                 )
                 el = entropy_loss(ent, m)
                 loss = pl + hp["value_loss_coeff"] * vl + hp["exploration_loss_coeff"] * el

@@ -166,7 +166,12 @@ class RolloutWorker(ServerActing):
         self.seat_row = np.zeros(n_act, dtype=np.int64)  # the seat's policy, -1 for a snapshot
         self.slot = np.full(n_act, -1, dtype=np.int64)
         self.t = np.zeros(n_act, dtype=np.int64)
-        self.pending_bootstrap: list[tuple[int, int]] = []  # (actor, old slot)
+        # full trajectories waiting for their bootstrap value: [actor, old slot, steps waited].
+        # With several agents, a trajectory that ended on the agent's own decision waits for
+        # its next decision (turn-taking: the agent's waiting steps in between credit their
+        # rewards to the old trajectory's last decision and are not bootstrapped from)
+        self.pending_bootstrap: list[list[int]] = []
+        self.defer_bootstrap = self.num_agents > 1
         self.parked: dict[int, list[tuple[int, int]]] = {}  # policy -> [(slot, steps used)]
         self.ep_return = np.zeros(n_act)
         self.ep_len = np.zeros(n_act, dtype=np.int64)
@@ -545,13 +550,20 @@ class RolloutWorker(ServerActing):
             acted = np.zeros(self.num_actors, dtype=bool)
             acted[idx] = True
             waiting = []
-            for actor, old in self.pending_bootstrap:
+            for entry in self.pending_bootstrap:
+                actor, old = entry[0], entry[1]
                 if not acted[actor]:  # another group's actor: bootstrapped when it acts
-                    waiting.append((actor, old))
+                    waiting.append(entry)
                     continue
-                # the value of the first state of the next trajectory bootstraps the old one
+                # the value of this state bootstraps the old trajectory; with turn-taking it
+                # is final once the step turns out to be the agent's decision (`_record`)
                 self.np["values"][old, self.T] = values[actor]
-                finished.setdefault(int(policy_rows[actor]), []).append(old)
+                for k in self.obs_keys:
+                    self.np[f"obs.{k}"][old, self.T] = self.cur_obs[k][actor]
+                if self.defer_bootstrap and not self.np["dones"][old, self.T - 1]:
+                    waiting.append(entry)
+                else:
+                    finished.setdefault(int(policy_rows[actor]), []).append(old)
             self.pending_bootstrap = waiting
             self._send(finished)
 
@@ -569,6 +581,8 @@ class RolloutWorker(ServerActing):
                 self.np["rewards"][s, t] = r
                 self.np["dones"][s, t] = float(dones[a])
                 self.np["valid"][s, t] = active
+                if self.defer_bootstrap and self.pending_bootstrap:
+                    self._settle_bootstrap(i, active, r, bool(dones[a]), finished)
             self.ep_return[i] += r
             self.ep_len[i] += 1
             if self.count_steps is not None and self._trains(i):
@@ -636,9 +650,32 @@ class RolloutWorker(ServerActing):
         old = int(self.slot[i])
         for k in self.obs_keys:
             self.np[f"obs.{k}"][old, self.T] = self.cur_obs[k][i]
-        self.pending_bootstrap.append((i, old))
+        self.pending_bootstrap.append([i, old, 0])
         self.slot[i] = self._acquire(1)[0]
         self.t[i] = 0
+
+    def _settle_bootstrap(self, i: int, active: bool, r: float, done: bool, finished) -> None:
+        """Actor i's step was just recorded while its previous trajectory waits for a
+        bootstrap value (`_write_step` wrote this step's value there). A decision (or an
+        episode end, or T waiting steps) sends that trajectory; a waiting step's reward and
+        episode end go to its last step, where the learner credits them to the last decision
+        (the new trajectory's copy of that reward precedes its first decision: not counted)."""
+        n = next((n for n, entry in enumerate(self.pending_bootstrap) if entry[0] == i), None)
+        if n is None:
+            return
+        entry = self.pending_bootstrap[n]
+        old = entry[1]
+        if self.np["dones"][old, self.T - 1]:  # its episode ended: the value is not used
+            pass
+        elif not active:
+            self.np["rewards"][old, self.T - 1] += r
+            if done:
+                self.np["dones"][old, self.T - 1] = 1.0
+            entry[2] += 1
+            if not done and entry[2] < self.T:
+                return
+        del self.pending_bootstrap[n]
+        finished.setdefault(int(self.seat_row[i]), []).append(old)
 
     def _switch_policy(self, i: int, policy: int, finished: dict) -> None:
         """The seat changed policy at an episode end. The old policy's partial trajectory is
@@ -747,7 +784,7 @@ class RolloutWorker(ServerActing):
             "t": self.t.copy(),
             "h": self.h.clone(),
             "cur_obs": {k: v.copy() for k, v in self.cur_obs.items()},
-            "pending_bootstrap": [(int(i), int(s)) for i, s in self.pending_bootstrap],
+            "pending_bootstrap": [[int(x) for x in entry] for entry in self.pending_bootstrap],
             "parked": {int(p): [(int(s), int(t)) for s, t in v] for p, v in self.parked.items()},
             "ep_return": self.ep_return.copy(),
             "ep_len": self.ep_len.copy(),
@@ -786,7 +823,9 @@ class RolloutWorker(ServerActing):
         self.h = state["h"].clone()
         for k, v in state["cur_obs"].items():
             self.cur_obs[k][...] = v
-        self.pending_bootstrap = [tuple(x) for x in state["pending_bootstrap"]]
+        self.pending_bootstrap = [  # [actor, slot] from before waiting steps were counted
+            [int(x) for x in entry] + [0] * (3 - len(entry)) for entry in state["pending_bootstrap"]
+        ]
         self.parked = {int(p): [tuple(x) for x in v] for p, v in state["parked"].items()}
         self.ep_return = state["ep_return"].copy()
         self.ep_len = state["ep_len"].copy()

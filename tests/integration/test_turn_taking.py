@@ -81,3 +81,70 @@ def test_first_mover_learns_the_winning_move(tmp_path, extra):
     d = model.dist(model.policy_head(model.encode(first_move)))
     p_win = d.log_softmax[0].exp()[0, WINNING_MOVE].item()
     assert p_win >= 0.9, f"P(winning move) = {p_win:.2f}"
+
+
+@pytest.mark.parametrize("inference", ["local", "device"])
+def test_trajectories_end_on_a_result_or_bootstrap_from_the_next_decision(tmp_path, inference):
+    """Connect four through the real rollout worker, with an odd rollout so that trajectories
+    end on either agent's turn. A trajectory whose last step is the agent's own move must carry
+    that move's outcome: the game's result when the reply ended the game (the loser waits
+    then, and that step falls into the next trajectory), else a bootstrap from the agent's next
+    decision (one piece more of each side), never from the state where it waits."""
+    pytest.importorskip("pettingzoo")
+    import envs  # noqa: F401  (registers connect_four)
+    from rl_pbt.learning.learner import Learner
+    from rl_pbt.learning.learner_process import LearnerHost
+    from rl_pbt.runtime.runner import Runner, _MergedQueue
+
+    t_len = 7
+    cfg = parse_cfg(
+        ["--env=connect_four", "--serial_mode", "--num_workers=1", "--num_envs_per_worker=8",
+         f"--rollout={t_len}", "--batch_size=56", "--encoder_mlp_layers", "16",
+         f"--inference={inference}", "--random_opening_moves=0", "--seed=2",
+         f"--train_dir={tmp_path}", "--experiment=c4"]
+    )  # fmt: skip
+    runner = Runner(cfg)
+    received = []
+
+    class Recording(Learner):
+        def add(self, slots):
+            super().add(slots)
+            b = self.buffers
+            for s in slots:
+                received.append(
+                    {k: getattr(b, k)[s].numpy().copy() for k in ("rewards", "dones", "valid")}
+                    | {"obs": b.obs["observation"][s].numpy().copy()}
+                )
+
+    learners = {
+        0: Recording(cfg, 0, runner.make_model(), runner.buffers, runner.pool, runner.params,
+                     "cpu", runner.exp_dir)  # fmt: skip
+    }
+    host = LearnerHost(
+        learners, _MergedQueue(runner.learner_queues), runner.learner_queues, runner.report_queue
+    )
+    host.start(resume=False)
+    runner.serve_in_process(learners)
+    worker = runner._worker_factory(0, lambda: False, blocking=False)
+    for _ in range(150):
+        worker.step()
+        host.poll(timeout=0.0)
+
+    def pieces(obs):  # (own, opponent's) on the flat rows x columns x planes board
+        return int(obs[0::2].sum()), int(obs[1::2].sum())
+
+    ended_on_a_move = results = bootstrapped = 0
+    for traj in received:
+        if not traj["valid"][t_len - 1]:
+            continue
+        ended_on_a_move += 1
+        own, theirs = pieces(traj["obs"][t_len - 1])
+        if traj["dones"][t_len - 1]:
+            results += 1
+            full = own + theirs + 1 == 42
+            assert traj["rewards"][t_len - 1] in ((1.0, -1.0, 0.0) if full else (1.0, -1.0))
+        else:
+            bootstrapped += 1
+            assert pieces(traj["obs"][t_len]) == (own + 1, theirs + 1)
+    # games last 7 to 42 moves: some trajectories end on a result, most bootstrap
+    assert ended_on_a_move >= 50 and results > 0 and bootstrapped > 0, (results, bootstrapped)

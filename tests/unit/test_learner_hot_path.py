@@ -149,6 +149,25 @@ def test_at_most_one_host_sync_per_iteration(tmp_path, monkeypatch, vtrace, rnn,
     assert not learner.ready()
 
 
+@pytest.mark.parametrize("vtrace", [False, True])
+def test_training_on_the_valid_samples_alone_changes_nothing(tmp_path, vtrace):
+    """A feed-forward learner on the CPU runs each minibatch on its trainable samples only;
+    weights and statistics come out as from the whole masked minibatch."""
+    runs = []
+    for compact in (True, False):
+        learner = make_learner(tmp_path, f"--with_vtrace={vtrace}", "--use_rnn=False")
+        assert learner.compact
+        learner.compact = compact
+        fill(learner, torch.Generator().manual_seed(4), 2 * learner.traj_per_iteration)
+        assert learner.train_if_ready() and learner.train_if_ready()
+        runs.append((learner.model.state_dict(), learner.stats))
+    (w1, s1), (w2, s2) = runs
+    for k in w1:
+        torch.testing.assert_close(w1[k], w2[k], rtol=1e-4, atol=1e-5, msg=k)
+    for k in s1:
+        assert s1[k] == pytest.approx(s2[k], rel=1e-3, abs=1e-5), k
+
+
 def test_train_on_a_gathered_batch_reads_back_once(tmp_path, monkeypatch):
     learner = make_learner(tmp_path, "--use_rnn")
     slots = fill(learner, torch.Generator().manual_seed(1), learner.traj_per_iteration)
