@@ -13,8 +13,9 @@ score of each member (1 win, 0.5 draw, 0 loss) with its 95% interval, the best m
 mean. Then the tactics of each member (its most likely move): on positions from random games
 where the player to move can win at once, how often it does, and where it must block the
 opponent's four (and cannot win), how often it blocks; random play and alpha-beta depth 1 for
-reference. The goal line checks the best member at the last stage: >= 0.95 against random and
->= 0.70 against alpha-beta depth 2.
+reference; then the same on positions from each member's own games against itself (one
+position of each kind per player and game). The goal line checks the best member at the last
+stage: >= 0.95 against random and >= 0.70 against alpha-beta depth 2.
 
 `--compare`: for each seed, three populations with the same frames (the last stage): PBT
 ranking on games against alpha-beta depth 2 (`--pbt_target_objective=vs_scripted:...`), PBT
@@ -93,14 +94,18 @@ def evaluate(args, experiment: str, opponents: list[str]) -> dict[str, list[floa
     return out
 
 
-def tactic_positions(count: int, seed: int, env_name: str) -> tuple[object, list]:
-    """(env, positions) from random games: (observation of the player to move, the columns
-    that win at once, the columns that block the opponent's four), where either is non-empty."""
+def tactic_positions(count: int, seed: int, env_name: str, mover=None) -> tuple[object, list]:
+    """(env, positions) from random games, or from games of `mover` (a player) against itself:
+    (observation of the player to move, the columns that win at once, the columns that block
+    the opponent's four), where either is non-empty. A position where a win is missed comes
+    again a move later, so each game gives at most one position of each kind per player."""
     env = make_env(env_name, match.seeded(seed), {"env_id": 0})
     rng = np.random.default_rng(seed)
     out: list = []
+    seen: set = set()  # (player, kind) already taken in this game
     obs, _ = env.reset()
-    while len(out) < count:
+    games = 0
+    while len(out) < count and games < 20 * count:
         m = env.agent_names.index(env.env.agent_selection)
         board = board_from_obs(obs[m])
         legal = np.flatnonzero(obs[m]["action_mask"]).tolist()
@@ -112,10 +117,15 @@ def tactic_positions(count: int, seed: int, env_name: str) -> tuple[object, list
                 if wins(board, cell, side):
                     found[side].append(col)
                 board[cell] = 0
-        if found[1] or found[-1]:
+        kind = (m, bool(found[1]))
+        if (found[1] or found[-1]) and (mover is None or kind not in seen):
             out.append((obs[m], found[1], found[-1]))
-        move = int(rng.choice(legal))
-        obs, *_ = env.step([move, move])
+            seen.add(kind)
+        move = int(rng.choice(legal)) if mover is None else int(mover.act(obs[m]))
+        obs, _, term, trunc, _ = env.step([move, move])
+        if np.any(term) or np.any(trunc):
+            seen.clear()
+            games += 1
     return env, out
 
 
@@ -142,6 +152,21 @@ def print_tactics(args, experiment: str) -> None:
         cells.append(f"{name} {take:.2f} / {block:.2f}")
     print("  " + "; ".join(cells), flush=True)
     env.close()
+    # the same on positions of the member's own games (sampling its moves, as in training)
+    sampling = SimpleNamespace(**{**vars(play), "deterministic": False})
+    cells = []
+    for p in range(args.members):
+        mover = match.make_player(f"p{p}", env, sampling, args.seed)()
+        own_env, own = tactic_positions(200, args.seed + p, args.env, mover)
+        if not any(w for _, w, _ in own) or not any(b and not w for _, w, b in own):
+            cells.append(f"p{p} n/a")  # no position of one kind in its games
+            own_env.close()
+            continue
+        take, block = tactic_rates(match.make_player(f"p{p}", env, play, args.seed)(), own)
+        cells.append(f"p{p} {take:.2f} / {block:.2f}")
+        own_env.close()
+    print("  on up to 200 positions from each member's games against itself: "
+          + "; ".join(cells), flush=True)
 
 
 def score_stage(args, summary: dict, when: str) -> tuple[dict[str, list[float]], int]:
@@ -149,7 +174,7 @@ def score_stage(args, summary: dict, when: str) -> tuple[dict[str, list[float]],
     tactics line; returns (member -> scores, the slowest member's env steps)."""
     steps = min(int(s["env_steps"]) for s in summary["policies"].values())
     print(f"\n{steps:,} env steps per member (slowest), {summary['frames']:,} frames in "
-          f"all, {when}", flush=True)  # fmt: skip
+          f"this stage's run, {when}", flush=True)  # fmt: skip
     print("| member | " + " | ".join(OPPONENTS) + " |")
     print("|---|" + "---|" * len(OPPONENTS))
     scored = evaluate(args, "c4", OPPONENTS)

@@ -30,6 +30,9 @@ def test_one_stage_prints_a_row_per_member_and_the_goal(tmp_path):
     tactics = re.search(r"p0 ([\d.]+) / ([\d.]+);.*alphabeta:depth=1 ([\d.]+) / ", proc.stdout)
     assert tactics, out
     assert float(tactics.group(3)) == 1.0  # depth 1 always takes a win: the positions are right
+    own = re.search(r"against itself: p0 (n/a|[\d.]+ / [\d.]+); p1 (n/a|[\d.]+ / [\d.]+)$",
+                    proc.stdout, re.M)  # fmt: skip
+    assert own, out
 
     # --eval_only scores the same population again, without training it further
     with open(os.path.join(tmp_path, "c4", "summary.json")) as f:
