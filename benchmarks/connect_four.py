@@ -158,13 +158,12 @@ def print_tactics(args, experiment: str) -> None:
     for p in range(args.members):
         mover = match.make_player(f"p{p}", env, sampling, args.seed)()
         own_env, own = tactic_positions(200, args.seed + p, args.env, mover)
+        own_env.close()
         if not any(w for _, w, _ in own) or not any(b and not w for _, w, b in own):
             cells.append(f"p{p} n/a")  # no position of one kind in its games
-            own_env.close()
             continue
         take, block = tactic_rates(match.make_player(f"p{p}", env, play, args.seed)(), own)
         cells.append(f"p{p} {take:.2f} / {block:.2f}")
-        own_env.close()
     print("  on up to 200 positions from each member's games against itself: "
           + "; ".join(cells), flush=True)
 

@@ -130,22 +130,18 @@ class StagedBatch:
     copied: Optional[torch.cuda.Event] = None  # recorded after the copy on a side stream
 
 
-
 def _minibatch_of(mb: torch.Tensor):
     """x [N, T, ...] -> the minibatch's trajectories x[mb]."""
     return lambda x: x[mb]
 
 
-def _rows_of(mb: torch.Tensor, rows: torch.Tensor):
-    """x [N, T, ...] -> the minibatch's samples at the flat indices `rows` of x[mb], as
-    [K, 1, ...] (a feed-forward model treats each sample alone: on the samples where the mask
-    holds, the losses are those of the full minibatch with its mask)."""
+def _samples_of(mb: torch.Tensor, rows: torch.Tensor, t_len: int):
+    """x [N, T, ...] -> the samples at the flat indices `rows` of x[mb] [len(mb), T], as
+    [K, 1, ...], gathered in one step (a feed-forward model treats each sample alone: on the
+    samples where the mask holds, the losses are those of the full minibatch with its mask)."""
+    traj, step = mb[rows // t_len], rows % t_len
+    return lambda x: x[traj, step].unsqueeze(1)
 
-    def pick(x: torch.Tensor) -> torch.Tensor:
-        x = x[mb]
-        return x.reshape(-1, *x.shape[2:]).index_select(0, rows).unsqueeze(1)
-
-    return pick
 
 class Learner:
     def __init__(
@@ -389,8 +385,8 @@ class Learner:
             if self.compact:
                 rows = m.reshape(-1).nonzero().squeeze(1)
                 if rows.numel():  # else: the whole minibatch, all masked
-                    pick = _rows_of(mb, rows)
-                    m = torch.ones_like(pick(mask))
+                    pick = _samples_of(mb, rows, t)
+                    m = m.new_ones(rows.numel(), 1)
             with self._autocast():
                 logp, ent, values = model.evaluate(
                     {k: pick(v) for k, v in obs.items()},

@@ -166,11 +166,11 @@ class RolloutWorker(ServerActing):
         self.seat_row = np.zeros(n_act, dtype=np.int64)  # the seat's policy, -1 for a snapshot
         self.slot = np.full(n_act, -1, dtype=np.int64)
         self.t = np.zeros(n_act, dtype=np.int64)
-        # full trajectories waiting for their bootstrap value: [actor, old slot, steps waited].
+        # full trajectories waiting for their bootstrap value: actor -> [old slot, steps waited].
         # With several agents, a trajectory that ended on the agent's own decision waits for
         # its next decision (turn-taking: the agent's waiting steps in between credit their
         # rewards to the old trajectory's last decision and are not bootstrapped from)
-        self.pending_bootstrap: list[list[int]] = []
+        self.pending_bootstrap: dict[int, list[int]] = {}
         self.defer_bootstrap = self.num_agents > 1
         self.parked: dict[int, list[tuple[int, int]]] = {}  # policy -> [(slot, steps used)]
         self.ep_return = np.zeros(n_act)
@@ -549,19 +549,20 @@ class RolloutWorker(ServerActing):
             finished: dict[int, list[int]] = {}
             acted = np.zeros(self.num_actors, dtype=bool)
             acted[idx] = True
-            waiting = []
-            for entry in self.pending_bootstrap:
-                actor, old = entry[0], entry[1]
+            waiting = {}
+            for actor, entry in self.pending_bootstrap.items():
+                old = entry[0]
                 if not acted[actor]:  # another group's actor: bootstrapped when it acts
-                    waiting.append(entry)
+                    waiting[actor] = entry
                     continue
                 # the value of this state bootstraps the old trajectory; with turn-taking it
                 # is final once the step turns out to be the agent's decision (`_record`)
                 self.np["values"][old, self.T] = values[actor]
-                for k in self.obs_keys:
-                    self.np[f"obs.{k}"][old, self.T] = self.cur_obs[k][actor]
+                if entry[1]:  # after waiting steps: a later state than `_finish_full` stored
+                    for k in self.obs_keys:
+                        self.np[f"obs.{k}"][old, self.T] = self.cur_obs[k][actor]
                 if self.defer_bootstrap and not self.np["dones"][old, self.T - 1]:
-                    waiting.append(entry)
+                    waiting[actor] = entry
                 else:
                     finished.setdefault(int(policy_rows[actor]), []).append(old)
             self.pending_bootstrap = waiting
@@ -581,7 +582,7 @@ class RolloutWorker(ServerActing):
                 self.np["rewards"][s, t] = r
                 self.np["dones"][s, t] = float(dones[a])
                 self.np["valid"][s, t] = active
-                if self.defer_bootstrap and self.pending_bootstrap:
+                if i in self.pending_bootstrap:  # only while deferred (`_write_step`)
                     self._settle_bootstrap(i, active, r, bool(dones[a]), finished)
             self.ep_return[i] += r
             self.ep_len[i] += 1
@@ -650,31 +651,27 @@ class RolloutWorker(ServerActing):
         old = int(self.slot[i])
         for k in self.obs_keys:
             self.np[f"obs.{k}"][old, self.T] = self.cur_obs[k][i]
-        self.pending_bootstrap.append([i, old, 0])
+        self.pending_bootstrap[i] = [old, 0]
         self.slot[i] = self._acquire(1)[0]
         self.t[i] = 0
 
     def _settle_bootstrap(self, i: int, active: bool, r: float, done: bool, finished) -> None:
         """Actor i's step was just recorded while its previous trajectory waits for a
-        bootstrap value (`_write_step` wrote this step's value there). A decision (or an
-        episode end, or T waiting steps) sends that trajectory; a waiting step's reward and
-        episode end go to its last step, where the learner credits them to the last decision
-        (the new trajectory's copy of that reward precedes its first decision: not counted)."""
-        n = next((n for n, entry in enumerate(self.pending_bootstrap) if entry[0] == i), None)
-        if n is None:
-            return
-        entry = self.pending_bootstrap[n]
-        old = entry[1]
-        if self.np["dones"][old, self.T - 1]:  # its episode ended: the value is not used
-            pass
-        elif not active:
+        bootstrap value (`_write_step` wrote this step's value there; a trajectory whose
+        episode had ended was sent there). A decision (or an episode end, or T waiting steps)
+        sends that trajectory; a waiting step's reward and episode end go to its last step,
+        where the learner credits them to the last decision (the new trajectory's copy of that
+        reward precedes its first decision: not counted)."""
+        entry = self.pending_bootstrap[i]
+        old = entry[0]
+        if not active:
             self.np["rewards"][old, self.T - 1] += r
             if done:
                 self.np["dones"][old, self.T - 1] = 1.0
-            entry[2] += 1
-            if not done and entry[2] < self.T:
+            entry[1] += 1
+            if not done and entry[1] < self.T:
                 return
-        del self.pending_bootstrap[n]
+        del self.pending_bootstrap[i]
         finished.setdefault(int(self.seat_row[i]), []).append(old)
 
     def _switch_policy(self, i: int, policy: int, finished: dict) -> None:
@@ -784,7 +781,10 @@ class RolloutWorker(ServerActing):
             "t": self.t.copy(),
             "h": self.h.clone(),
             "cur_obs": {k: v.copy() for k, v in self.cur_obs.items()},
-            "pending_bootstrap": [[int(x) for x in entry] for entry in self.pending_bootstrap],
+            "pending_bootstrap": [
+                [int(i), int(old), int(waited)]
+                for i, (old, waited) in self.pending_bootstrap.items()
+            ],
             "parked": {int(p): [(int(s), int(t)) for s, t in v] for p, v in self.parked.items()},
             "ep_return": self.ep_return.copy(),
             "ep_len": self.ep_len.copy(),
@@ -823,9 +823,10 @@ class RolloutWorker(ServerActing):
         self.h = state["h"].clone()
         for k, v in state["cur_obs"].items():
             self.cur_obs[k][...] = v
-        self.pending_bootstrap = [  # [actor, slot] from before waiting steps were counted
-            [int(x) for x in entry] + [0] * (3 - len(entry)) for entry in state["pending_bootstrap"]
-        ]
+        self.pending_bootstrap = {  # [actor, slot] from before waiting steps were counted
+            int(entry[0]): [int(entry[1]), int(entry[2]) if len(entry) > 2 else 0]
+            for entry in state["pending_bootstrap"]
+        }
         self.parked = {int(p): [tuple(x) for x in v] for p, v in state["parked"].items()}
         self.ep_return = state["ep_return"].copy()
         self.ep_len = state["ep_len"].copy()

@@ -140,7 +140,7 @@ def test_every_sample_reaches_the_learner_of_its_own_policy(tmp_path, env, infer
     for worker in workers:
         for i, seat in enumerate(worker.seat):
             in_flight[seat] += int(worker.t[i])
-        for i, *_ in worker.pending_bootstrap:
+        for i in worker.pending_bootstrap:
             in_flight[worker.seat[i]] += cfg.rollout
         for p, parked in worker.parked.items():  # partial trajectories waiting to be continued
             in_flight[p] += sum(t for _, t in parked)
