@@ -124,10 +124,7 @@ def child_setup(
     if hide_gpus:
         os.environ["CUDA_VISIBLE_DEVICES"] = ""
     torch.set_num_threads(1)
-    # SIGTERM to the whole process group (timeout, docker stop, Slurm) stops a child the way
-    # Ctrl-C does: learners save their checkpoints on the way out
-    signal.signal(signal.SIGTERM, signal.default_int_handler)
-    signal.signal(signal.SIGINT, signal.default_int_handler)
+    child_signals()
     restore_registry(spec.registry)
     if spec.scripted:
         restore_scripted(spec.cfg.env, spec.scripted)
@@ -135,6 +132,17 @@ def child_setup(
     seed = derive_seed(spec.run_seed, role, index, restart)
     seed_everything(seed)
     return seed
+
+
+def child_signals() -> None:
+    """SIGTERM to the whole process group (timeout, docker stop, Slurm) stops a child the way
+    Ctrl-C does: learners save their checkpoints on the way out. SIGINT is taken as the main
+    process takes it: a run started with SIGINT ignored (a background job, nohup) ignores it in
+    every process, so a `kill -INT` to the whole group does not stop the children alone (the
+    main process would see them die and restart them)."""
+    signal.signal(signal.SIGTERM, signal.default_int_handler)
+    if signal.getsignal(signal.SIGINT) is not signal.SIG_IGN:
+        signal.signal(signal.SIGINT, signal.default_int_handler)
 
 
 def seed_everything(seed: int) -> None:

@@ -81,7 +81,11 @@ def test_overwrite_deletes_a_run_this_trainer_made(tmp_path):
     assert not (exp / "old_file.txt").exists() and (exp / "config.json").is_file()
 
 
-def _start_run(tmp_path, steps):
+def _ignore_sigint():
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+
+
+def _start_run(tmp_path, steps, ignore_sigint=False):
     cmd = [
         sys.executable,
         "-m",
@@ -100,8 +104,26 @@ def _start_run(tmp_path, steps):
     ]
     log = open(tmp_path / f"log_{steps}.txt", "w")
     return subprocess.Popen(
-        cmd, cwd=ROOT, stdout=log, stderr=subprocess.STDOUT, start_new_session=True
+        cmd,
+        cwd=ROOT,
+        stdout=log,
+        stderr=subprocess.STDOUT,
+        start_new_session=True,
+        # as a shell starts a background job: SIGINT ignored from the start
+        preexec_fn=_ignore_sigint if ignore_sigint else None,
     )
+
+
+def _wait_trained(tmp_path, steps, env_steps=2000):
+    """Until the slowest policy passed `env_steps` (90 s at most)."""
+    deadline = time.time() + 90
+    while time.time() < deadline:
+        time.sleep(0.5)
+        log = (tmp_path / f"log_{steps}.txt").read_text()
+        # the status headline names the slowest policy's env steps, e.g. "(p1 2.51k slowest)"
+        slowest = re.findall(r"\(p\d+ ([\d.]+)(k?) slowest\)", log)
+        if slowest and float(slowest[-1][0]) * (1000 if slowest[-1][1] else 1) > env_steps:
+            return
 
 
 def _trained(exp):
@@ -113,18 +135,29 @@ def _trained(exp):
     return out
 
 
+def test_a_run_started_with_sigint_ignored_ignores_it_in_every_process(tmp_path):
+    """A background job (`cmd &` in a script, nohup) starts with SIGINT ignored; a `kill -INT`
+    to its whole process group then leaves every process running, the children included (they
+    used to die, and the main process restarted them)."""
+    proc = _start_run(tmp_path, 10_000_000, ignore_sigint=True)
+    _wait_trained(tmp_path, 10_000_000)
+    os.killpg(proc.pid, signal.SIGINT)
+    time.sleep(4.0)
+    log = (tmp_path / "log_10000000.txt").read_text()
+    try:
+        assert proc.poll() is None, log[-2000:]
+        assert "died" not in log and "restarting" not in log, log[-2000:]
+    finally:
+        os.killpg(proc.pid, signal.SIGTERM)
+        proc.wait(timeout=90)
+    assert all(t > 0 for t in _trained(tmp_path / "term"))  # SIGTERM still stops and saves
+
+
 @pytest.mark.parametrize("target", ["group", "main"])
 def test_sigterm_saves_everything_and_the_run_resumes(tmp_path, target):
     proc = _start_run(tmp_path, 10_000_000)
     exp = tmp_path / "term"
-    deadline = time.time() + 90
-    while time.time() < deadline:  # until both learners trained a little
-        time.sleep(0.5)
-        log = (tmp_path / "log_10000000.txt").read_text()
-        # the status headline names the slowest policy's env steps, e.g. "(p1 2.51k slowest)"
-        slowest = re.findall(r"\(p\d+ ([\d.]+)(k?) slowest\)", log)
-        if slowest and float(slowest[-1][0]) * (1000 if slowest[-1][1] else 1) > 2000:
-            break
+    _wait_trained(tmp_path, 10_000_000)  # until both learners trained a little
     if target == "group":
         os.killpg(proc.pid, signal.SIGTERM)
     else:
