@@ -36,6 +36,7 @@ import time
 from types import SimpleNamespace
 
 import numpy as np
+import torch
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
@@ -69,6 +70,7 @@ def scores(train_dir, experiment, member, opponent, games, seed, deterministic,
     """`games` games of member pN against `opponent`, half moving first: scores of pN."""
     args = SimpleNamespace(env=env_name, experiment=experiment, train_dir=train_dir,
                            deterministic=deterministic)  # fmt: skip
+    torch.manual_seed(seed)  # members sample their moves from torch's generator: a rescore repeats
     env = make_env(env_name, match.seeded(seed), {"env_id": 0})
     me = match.make_player(f"p{member}", env, args, seed)
     other = match.make_player(opponent, env, args, seed + 1)
@@ -157,6 +159,7 @@ def print_tactics(args, experiment: str) -> None:
     cells = []
     for p in range(args.members):
         mover = match.make_player(f"p{p}", env, sampling, args.seed)()
+        torch.manual_seed(args.seed + p)
         own_env, own = tactic_positions(200, args.seed + p, args.env, mover)
         own_env.close()
         if not any(w for _, w, _ in own) or not any(b and not w for _, w, b in own):
