@@ -6,11 +6,12 @@
 Positions come from random games (the batched env, `envs/connect_four_batch.py`), kept when the
 player to move can win at once; the label is the winning column (shared among them when there
 are several). Each encoder, as the trainer builds it for that env (`mlp`: the [256, 256] MLP
-of `connect_four` on 84 floats; a conv architecture: that encoder on the 2 x 6 x 7 planes of
-`connect_four_planes`, then its [256] MLP), gets a linear head and is trained by plain
-supervised learning (cross-entropy, Adam at 3e-4, minibatches of 512, one torch thread). Every
-`--every` steps it prints the share of held-out positions where its most likely column wins,
-and the seconds spent so far.
+of `connect_four` on the 84 board values, here flattened plane by plane, an order an MLP does
+not care about, and without the running input normalisation; a conv architecture: that encoder
+on the 2 x 6 x 7 planes of `connect_four_planes`, then its [256] MLP), gets a linear head and is
+trained by plain supervised learning (cross-entropy, Adam at 3e-4, minibatches of 512, one torch
+thread). Every `--every` steps it prints the share of held-out positions (from other games)
+where its most likely column wins, and the seconds spent so far.
 
 This separates what a network can learn from what self-play teaches it: when an encoder learns
 the tactic here in a few thousand steps but members trained by self-play miss immediate wins,
