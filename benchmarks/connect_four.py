@@ -40,7 +40,7 @@ import torch
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from envs.connect_four import COLS, board_from_obs, drop_row, wins  # noqa: E402
+from envs.connect_four import board_from_obs, winning_columns  # noqa: E402
 from launch import match  # noqa: E402
 from rl_pbt.envs.registry import make_env  # noqa: E402
 
@@ -111,14 +111,7 @@ def tactic_positions(count: int, seed: int, env_name: str, mover=None) -> tuple[
         m = env.agent_names.index(env.env.agent_selection)
         board = board_from_obs(obs[m])
         legal = np.flatnonzero(obs[m]["action_mask"]).tolist()
-        found = {1: [], -1: []}
-        for side in (1, -1):
-            for col in legal:
-                cell = drop_row(board, col) * COLS + col
-                board[cell] = side
-                if wins(board, cell, side):
-                    found[side].append(col)
-                board[cell] = 0
+        found = {side: winning_columns(board, side) for side in (1, -1)}
         kind = (m, bool(found[1]))
         if (found[1] or found[-1]) and (mover is None or kind not in seen):
             out.append((obs[m], found[1], found[-1]))

@@ -31,21 +31,9 @@ from torch import nn
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from envs.connect_four_batch import COLS, LINES, ROWS, ConnectFourBatch  # noqa: E402
+from envs.connect_four import board_from_obs, winning_columns  # noqa: E402
+from envs.connect_four_batch import COLS, ROWS, ConnectFourBatch  # noqa: E402
 from rl_pbt.models.actor_critic import CONV_ARCHITECTURES, conv_encoder, mlp  # noqa: E402
-
-
-def winning_columns(cells: np.ndarray, heights: np.ndarray, piece: int) -> np.ndarray:
-    """0/1 per column: whether `piece` dropped there completes a line of four (cells: 42
-    values, 0 empty, row 0 at the top)."""
-    out = np.zeros(COLS)
-    board = cells.copy()
-    for col in np.flatnonzero(heights < ROWS):
-        cell = (ROWS - 1 - heights[col]) * COLS + col
-        board[cell] = piece
-        out[col] = float((board[LINES] == piece).all(axis=1).any())
-        board[cell] = 0
-    return out
 
 
 def win_positions(n: int, seed: int, copies: int = 256) -> tuple[np.ndarray, np.ndarray]:
@@ -61,10 +49,12 @@ def win_positions(n: int, seed: int, copies: int = 256) -> tuple[np.ndarray, np.
         for k in range(copies):
             mover = int(env.mover[k])
             legal = np.flatnonzero(env.heights[k] < ROWS)
-            wins = winning_columns(env.cells[k, : ROWS * COLS], env.heights[k], mover + 1)
-            if wins.any():
+            cols = winning_columns(board_from_obs(obs[k][mover]), 1)
+            if cols:
+                label = np.zeros(COLS)
+                label[cols] = 1.0 / len(cols)
                 xs.append(obs[k][mover]["observation"])
-                ys.append(wins / wins.sum())
+                ys.append(label)
             actions[k, mover] = rng.choice(legal)
         env.step(actions)
     return np.stack(xs[:n]), np.stack(ys[:n]).astype(np.float32)

@@ -50,6 +50,22 @@ def wins(board: np.ndarray, cell: int, side: int) -> bool:
     return bool((board[LINES_OF_CELL[cell]].sum(axis=1) == 4 * side).any())
 
 
+def winning_columns(board: np.ndarray, side: int) -> list[int]:
+    """The columns where a piece of `side` completes a line of four at once (full columns
+    skipped)."""
+    out = []
+    for col in range(COLS):
+        r = drop_row(board, col)
+        if r < 0:
+            continue
+        cell = r * COLS + col
+        board[cell] = side
+        if wins(board, cell, side):
+            out.append(col)
+        board[cell] = 0
+    return out
+
+
 def evaluate(board: np.ndarray) -> float:
     """Heuristic value for +1: lines still open to one side, weighted by how full they are."""
     vals = board[LINES]
