@@ -36,8 +36,16 @@ def test_doom_basic_trains(tmp_path):
         summary = json.load(f)
     assert summary["policies"]["0"]["env_steps"] >= 4000
     assert summary["policies"]["0"]["episodes"] > 0
-    ckpt = glob.glob(os.path.join(exp, "checkpoint_p0", "checkpoint_*.pth"))
+    ckpt = sorted(glob.glob(os.path.join(exp, "checkpoint_p0", "checkpoint_*.pth")))
     assert ckpt
 
     state = read_checkpoint(ckpt[-1])
+    # env steps count frames: 4 per sample trained. Each update trains at most
+    # batch_size / num_epochs new samples, nearly all of them valid in a single-agent env
+    samples_at_most = state["version"] * cfg.batch_size / cfg.num_epochs
+    assert state["version"] > 0
+    assert 0.75 * 4 * samples_at_most <= state["env_steps"] <= 4 * samples_at_most, (
+        state["env_steps"],
+        state["version"],
+    )
     assert any("encoders.obs.0" in k for k in state["model"])  # the conv encoder was used

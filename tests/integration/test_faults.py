@@ -97,14 +97,17 @@ def test_dead_worker_is_restarted_and_the_run_finishes_its_budget(tmp_path):
 
 
 def test_a_worker_that_keeps_dying_stops_the_run_with_the_reason(tmp_path):
-    out = run_script(tmp_path, "d", 1, 99, "--train_for_seconds=200")
+    # no periodic saves: a checkpoint can only come from the stop
+    out = run_script(tmp_path, "d", 1, 99, "--train_for_seconds=200", "--save_every_sec=100000")
     log = out.stdout + out.stderr
     assert out.returncode == 1, log[-3000:]
     assert "rollout worker 1 died (exit code -9)" in log
     assert "died 3 times within 10 minutes, so the run stops" in log, log[-3000:]
     assert "Traceback" not in log
-    for p in (0, 1):  # stopped cleanly: both learners saved
-        assert glob.glob(os.path.join(tmp_path, "d", f"checkpoint_p{p}", "*.pth"))
+    last_death = max(os.path.getmtime(f) for f in glob.glob(str(tmp_path / "deaths" / "*")))
+    for p in (0, 1):  # stopped cleanly: both learners saved, after the last death
+        files = glob.glob(os.path.join(tmp_path, "d", f"checkpoint_p{p}", "*.pth"))
+        assert files and min(os.path.getmtime(f) for f in files) >= last_death, files
 
 
 def train_cmd(train_dir, experiment, *extra):

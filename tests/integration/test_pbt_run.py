@@ -5,7 +5,9 @@ import json
 import os
 
 from rl_pbt import parse_cfg, register_env, train
+from rl_pbt.pbt import unflatten_shaping
 from rl_pbt.pbt.lineage import read_events
+from rl_pbt.pbt.search_space import is_shaping_key
 from tests.scripted_envs import ShapedCartPole
 from tests.small_run import SMALL_RUN
 
@@ -78,4 +80,18 @@ def test_pbt_run_replaces_mutates_and_reaches_envs(tmp_path, monkeypatch):
             seen |= {json.dumps(json.loads(line), sort_keys=True) for line in f}
     default = json.dumps({"alive": 1.0, "nested": {"fall": -1.0}}, sort_keys=True)
     assert seen - {default}, "no env saw a mutated shaping"
-    assert (new_shapings - {default}) & seen or not (new_shapings - {default})
+    # replay the lineage: each event lists every value that changed for its policy
+    flat = {p: {} for p in range(4)}
+    installed = []  # (policy's env steps, its whole shaping after the event)
+    for e in events:
+        flat[e["policy"]].update({k: v[1] for k, v in e["changes"].items() if is_shaping_key(k)})
+        if e["action"] != "init":
+            shaping = json.dumps(unflatten_shaping(flat[e["policy"]]), sort_keys=True)
+            installed.append((e["env_steps"], shaping))
+    assert {json.dumps(unflatten_shaping(flat[p]), sort_keys=True) for p in range(1, 4)} == (
+        new_shapings
+    )
+    # every new shaping installed a round or more before the end was played by some env
+    early = {shaping for steps, shaping in installed if steps <= 24000 - 4000} - {default}
+    assert early, installed
+    assert early <= seen, (early - seen, seen)

@@ -42,24 +42,44 @@ def test_matchmaker_seats_the_scripted_player_against_the_first_seat():
     assert scores_against_scripted(matches, seat) == [(0, 1.0), (3, 0.5)]
 
 
-def test_pbt_ranks_on_games_against_the_scripted_player(tmp_path):
+def run_vs_scripted(tmp_path, *extra: str) -> str:
     cfg = parse_cfg(
         BASE
         + ["--num_policies=2", "--with_pbt", f"--pbt_target_objective=vs_scripted:{OPPONENT}",
            "--selfplay_scripted_prob=0.5", "--pbt_period_env_steps=2000",
-           "--pbt_start_mutation=2000", "--train_for_env_steps=5000",
-           f"--train_dir={tmp_path}", "--experiment=vs"]
+           "--train_for_env_steps=5000", f"--train_dir={tmp_path}", "--experiment=vs", *extra]
     )  # fmt: skip
     assert train(cfg) == 0
-    exp = os.path.join(tmp_path, "vs")
-    with open(os.path.join(exp, "pbt", "state.json")) as f:
-        windows = json.load(f)["windows"]
+    return os.path.join(tmp_path, "vs")
+
+
+def read_json(*path: str):
+    with open(os.path.join(*path)) as f:
+        return json.load(f)
+
+
+def test_pbt_ranks_on_games_against_the_scripted_player(tmp_path):
+    exp = run_vs_scripted(tmp_path, "--pbt_start_mutation=2000")
+    windows = read_json(exp, "pbt", "state.json")["windows"]
     for p in range(2):  # scores of whole games against alpha-beta: win 1, draw 0.5, loss 0
         assert len(windows[p]) >= 5, windows
         assert set(windows[p]) <= {0.0, 0.5, 1.0}
-    with open(os.path.join(exp, "elo.json")) as f:
-        elo = json.load(f)
-    assert scripted_seat(OPPONENT) in json.dumps(elo)  # rated beside the members
+    assert scripted_seat(OPPONENT) in json.dumps(read_json(exp, "elo.json"))  # rated too
+
+
+def test_only_games_against_the_scripted_player_fill_the_windows(tmp_path):
+    """With windows that never fill or clear, the members' windows hold one score per game
+    against the scripted player: about half of their games, not every episode."""
+    exp = run_vs_scripted(tmp_path, "--pbt_start_mutation=1000000", "--pbt_objective_window=100000")
+    windows = read_json(exp, "pbt", "state.json")["windows"]
+    games = {str(e[0]): e[2] for e in read_json(exp, "elo.json")["entries"]}
+    against_scripted = games[scripted_seat(OPPONENT)]
+    all_games = games["0"] + games["1"]  # every episode a member played, both seats
+    assert against_scripted >= 20, games
+    counted = len(windows[0]) + len(windows[1])
+    # the last reports of a run may reach the ratings and not the windows, or the other way
+    assert 0.8 * against_scripted <= counted <= against_scripted + 4, (counted, games)
+    assert counted < 0.7 * all_games, (counted, games)
 
 
 @pytest.mark.parametrize(

@@ -69,15 +69,23 @@ def test_log_prob_entropy_and_ppo_loss_are_those_over_legal_actions(nvec, seed):
     np.testing.assert_allclose(d.log_prob(actions).numpy(), ref_logp, rtol=1e-5, atol=1e-5)
     np.testing.assert_allclose(d.entropy().numpy(), ref_ent, rtol=1e-5, atol=1e-5)
 
-    # the PPO terms from the masked distribution equal those from the NumPy legal-only one
-    old = torch.from_numpy(ref_logp + rng.normal(0, 0.1, n)).float()
-    adv = torch.from_numpy(rng.normal(0, 1, n)).float()
+    # the PPO surrogate and the entropy bonus, against NumPy over the legal actions only
+    old = ref_logp + rng.normal(0, 0.1, n)
+    adv = rng.normal(0, 1, n)
+    ratio = np.exp(ref_logp - old)
+    ref_loss = -np.minimum(ratio * adv, np.clip(ratio, 0.8, 1.2) * adv).mean()
+    live = torch.from_numpy(logits).requires_grad_()
+    d = ActionDistribution(spec, live, mask=torch.from_numpy(mask))
     valid = torch.ones(n)
-    loss, _ = ppo_policy_loss(d.log_prob(actions), old, adv, 0.2, valid)
-    ref_loss, _ = ppo_policy_loss(torch.from_numpy(ref_logp).float(), old, adv, 0.2, valid)
-    assert torch.allclose(loss, ref_loss, atol=1e-6)
+    old_t, adv_t = torch.from_numpy(old).float(), torch.from_numpy(adv).float()
+    loss, _ = ppo_policy_loss(d.log_prob(actions), old_t, adv_t, 0.2, valid)
     ent_loss = entropy_loss(d.entropy(), valid)
-    assert torch.allclose(ent_loss, entropy_loss(torch.from_numpy(ref_ent).float(), valid))
+    np.testing.assert_allclose(loss.item(), ref_loss, rtol=1e-4, atol=1e-5)
+    np.testing.assert_allclose(ent_loss.item(), -ref_ent.mean(), rtol=1e-4, atol=1e-5)
+    # the loss does not reach the logits of illegal actions
+    (loss + 0.01 * ent_loss).backward()
+    assert (live.grad.numpy()[mask == 0] == 0).all()
+    assert (live.grad.numpy()[mask == 1] != 0).any()
 
 
 def test_the_best_looking_action_is_never_taken_when_illegal():

@@ -251,9 +251,11 @@ def test_stop_after_giving_up_leaves_a_finite_newest_checkpoint(tmp_path):
     host = LearnerHost({0: learner}, LocalQueue(), [LocalQueue()], LocalQueue())
     host.handle(Stop(save=True))
     files = sorted(checkpoint_bytes(learner))
-    assert files[0] == first
+    assert len(files) == 2 and files[0] == first  # the stop saved a second checkpoint
     state = read_checkpoint(files[-1])
     assert state["version"] == learner.version
+    # the bad iterations were undone but their env steps count: only the new one has them
+    assert state["env_steps"] == learner.env_steps > read_checkpoint(first)["env_steps"]
     assert all(bool(torch.isfinite(v).all()) for v in state["model"].values())
     for st in state["optimizer"]["state"].values():
         assert bool(torch.isfinite(st["exp_avg"]).all() and torch.isfinite(st["exp_avg_sq"]).all())
