@@ -2,6 +2,7 @@
 these): learners, the inference server and whole runs on the GPU, and the main process
 never initialising CUDA itself."""
 
+import glob
 import json
 import os
 
@@ -9,6 +10,7 @@ import pytest
 import torch
 
 from rl_pbt import parse_cfg, train
+from rl_pbt.learning.checkpoints import read_checkpoint
 from rl_pbt.runtime.devices import probe_gpu_count
 from tests.small_run import CARTPOLE_LEARN, SMALL_RUN
 
@@ -54,13 +56,29 @@ def test_resume_on_the_gpu_continues_from_the_checkpoint(tmp_path):
         "--num_policies=2",
         f"--train_dir={tmp_path}",
         "--experiment=r",
+        "--keep_checkpoints=1000",
     ]
+    exp = os.path.join(tmp_path, "r")
+
+    def checkpoints(p):
+        return set(glob.glob(os.path.join(exp, f"checkpoint_p{p}", "checkpoint_*.pth")))
+
     assert train(parse_cfg(flags + ["--train_for_env_steps=20000"])) == 0
-    first = summary(os.path.join(tmp_path, "r"))
+    first = summary(exp)
+    before = {p: checkpoints(p) for p in (0, 1)}
+    newest = {p: max(read_checkpoint(f)["version"] for f in before[p]) for p in (0, 1)}
     assert train(parse_cfg(flags + ["--train_for_env_steps=40000"])) == 0
-    second = summary(os.path.join(tmp_path, "r"))
-    for p in ("0", "1"):
-        assert second["policies"][p]["env_steps"] >= 40000 > first["policies"][p]["env_steps"]
+    second = summary(exp)
+    for p in (0, 1):
+        assert (
+            second["policies"][str(p)]["env_steps"]
+            >= 40000
+            > first["policies"][str(p)]["env_steps"]
+        )
+        # the second run went on from the first one's weights: every checkpoint it wrote is
+        # newer than all of the first run's (a run from scratch would count from 0 again)
+        new = [read_checkpoint(f)["version"] for f in checkpoints(p) - before[p]]
+        assert new and min(new) > newest[p], (newest[p], new)
 
 
 def test_snapshot_selfplay_with_device_inference(tmp_path):

@@ -1,9 +1,10 @@
 """--seed makes a serial run repeat exactly: the same episodes, weights and optimiser state after
-the same updates; another seed gives another run."""
+the same updates; without --seed a run takes a fresh seed (logged) and is another run."""
 
 import glob
 import json
 import os
+import re
 
 import torch
 
@@ -13,12 +14,12 @@ from tests.small_run import SERIAL_CARTPOLE
 from tests.small_run import state_vector as flat
 
 
-def serial_run(tmp_path, name, seed):
+def serial_run(tmp_path, name, seed=None):
     cfg = parse_cfg(
         [
             *SERIAL_CARTPOLE,
             "--train_for_env_steps=6000",
-            f"--seed={seed}",
+            *([f"--seed={seed}"] if seed is not None else []),
             f"--train_dir={tmp_path}",
             f"--experiment={name}",
         ]
@@ -34,14 +35,18 @@ def serial_run(tmp_path, name, seed):
     return states, summary
 
 
-def test_serial_run_repeats_with_a_seed_and_differs_without(tmp_path):
+def test_serial_run_repeats_with_a_seed_and_differs_without(tmp_path, capsys):
     a, summary_a = serial_run(tmp_path, "a", 11)
     b, summary_b = serial_run(tmp_path, "b", 11)
-    c, _ = serial_run(tmp_path, "c", 12)
+    capsys.readouterr()
+    c, _ = serial_run(tmp_path, "c")
+    # the unseeded run drew its own seed and says how to repeat it
+    drawn = re.search(r"seed (\d+) \(random; --seed=\1 repeats it\)", capsys.readouterr().out)
+    assert drawn and int(drawn.group(1)) != 11
     for p in range(2):
         assert a[p]["version"] == b[p]["version"] > 0
         assert torch.equal(flat(a[p]), flat(b[p])), f"policy {p}: seeded runs differ"
-        assert not torch.equal(flat(a[p]), flat(c[p]))
+        assert not torch.equal(flat(a[p]), flat(c[p])), f"policy {p}: unseeded run repeats seed 11"
         # the same episodes, return for return
         ep_a, ep_b = summary_a["policies"][str(p)], summary_b["policies"][str(p)]
         assert ep_a["episodes"] == ep_b["episodes"] > 0
