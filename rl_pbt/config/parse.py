@@ -833,6 +833,47 @@ def save_cfg(cfg: Cfg, path: str) -> None:
     atomic_write_json(path, cfg.to_dict())
 
 
+# what a resumed run must share with the run it resumes: its checkpoints hold one network per
+# policy, shaped (and computed) by these
+RESUME_FIXED = (
+    "env",
+    "num_policies",
+    "use_rnn",
+    "rnn_size",
+    "encoder_mlp_layers",
+    "encoder_conv_architecture",
+    "encoder_conv_mlp_layers",
+    "nonlinearity",
+    "normalize_input",
+    "normalize_returns",
+)
+
+
+def resume_mismatches(cfg: Cfg, saved: dict) -> list[str]:
+    """The flags of `RESUME_FIXED` whose value differs from the saved config of the run being
+    resumed, as "--flag=new (the run has old)"; `rnn_size` only counts with an RNN."""
+    out = []
+    for key in RESUME_FIXED:
+        if key not in saved or key not in cfg:
+            continue
+        if key == "rnn_size" and not (cfg.use_rnn or saved.get("use_rnn")):
+            continue
+        new, old = getattr(cfg, key), saved[key]
+        if isinstance(new, (list, tuple)) and isinstance(old, (list, tuple)):
+            same = list(new) == list(old)
+        else:
+            same = new == old
+        if not same:
+            out.append(f"--{key}={_shown(new)} (the run has {_shown(old)})")
+    return out
+
+
+def _shown(value: Any) -> str:
+    if isinstance(value, (list, tuple)):
+        return " ".join(str(v) for v in value)
+    return str(value)
+
+
 def load_cfg(path: str) -> Cfg:
     with open(path) as f:
         return Cfg(json.load(f))

@@ -7,6 +7,7 @@ happens in RolloutWorker.step() and Learner.train_on().
 
 from __future__ import annotations
 
+import json
 import multiprocessing
 import os
 import pickle
@@ -22,7 +23,14 @@ from typing import Optional
 import numpy as np
 import torch
 
-from rl_pbt.config.parse import Cfg, ConfigError, experiment_dir, recurrence, save_cfg
+from rl_pbt.config.parse import (
+    Cfg,
+    ConfigError,
+    experiment_dir,
+    recurrence,
+    resume_mismatches,
+    save_cfg,
+)
 from rl_pbt.config.policy_values import (
     check_shaping_keys,
     describe_values,
@@ -182,6 +190,8 @@ def check_experiment_dir(cfg: Cfg) -> str:
     exp_dir = experiment_dir(cfg)
     if not os.path.isfile(os.path.join(exp_dir, "config.json")):
         return exp_dir
+    if cfg.restart_behavior == "resume":
+        check_resume(cfg, os.path.join(exp_dir, "config.json"))
     if cfg.restart_behavior == "overwrite":
         why = None
         if os.path.islink(exp_dir):
@@ -198,6 +208,31 @@ def check_experiment_dir(cfg: Cfg) -> str:
     return exp_dir
 
 
+def check_resume(cfg: Cfg, config_path: str) -> None:
+    """A resumed run has the env, population and network of the run it resumes: else its
+    checkpoints cannot load, and the old config would be overwritten by a run that fails."""
+    try:
+        with open(config_path) as f:
+            saved = json.load(f)
+        if not isinstance(saved, dict):
+            raise ValueError(f"expected a JSON object, found {type(saved).__name__}")
+    except (OSError, ValueError) as e:
+        raise ConfigError(
+            f"cannot resume {os.path.dirname(config_path)}: its config.json is unreadable "
+            f"({e}); use --restart_behavior=restart (moves the old run aside) or another "
+            "--experiment"
+        ) from None
+    wrong = resume_mismatches(cfg, saved)
+    if wrong:
+        raise ConfigError(
+            f"cannot resume {os.path.dirname(config_path)} with {'; '.join(wrong)}: a resumed "
+            "run keeps the env, the number of policies and the network of the run it "
+            "continues. Give the run's values to resume it, or start a new run: "
+            "--restart_behavior=restart (moves the old run aside), "
+            "--restart_behavior=overwrite (deletes it), or another --experiment"
+        )
+
+
 def prepare_experiment_dir(cfg: Cfg) -> tuple[str, bool]:
     """Apply --restart_behavior; returns (folder, resuming)."""
     exp_dir = check_experiment_dir(cfg)
@@ -210,7 +245,13 @@ def prepare_experiment_dir(cfg: Cfg) -> tuple[str, bool]:
         os.replace(exp_dir, backup)
         log(f"--restart_behavior=restart: previous run moved to {backup}")
         exists = False
-    os.makedirs(exp_dir, exist_ok=True)
+    try:
+        os.makedirs(exp_dir, exist_ok=True)
+    except OSError as e:  # e.g. a path the permissions allow on paper (root, /proc)
+        raise ConfigError(
+            f"--train_dir={cfg.train_dir!r}: cannot make {exp_dir} ({e.strerror or e}); "
+            "give a folder you can write to"
+        ) from None
     marker = os.path.join(exp_dir, EXPERIMENT_MARKER)
     if not os.path.isfile(marker):
         with open(marker, "w") as f:

@@ -1,0 +1,87 @@
+"""Resuming an experiment with another env, population or network stops with one line naming
+the flags, before anything in the experiment folder changes (its checkpoints could not load,
+and the old config.json and summary.json would be overwritten by a run that then fails)."""
+
+from pathlib import Path
+
+import pytest
+
+from launch.train import main
+from rl_pbt.config.parse import Cfg, resume_mismatches
+from tests.small_run import SERIAL_CARTPOLE
+
+
+def files_of(folder: Path) -> dict[str, bytes]:
+    return {str(p.relative_to(folder)): p.read_bytes() for p in folder.rglob("*") if p.is_file()}
+
+
+@pytest.fixture(scope="module")
+def run(tmp_path_factory) -> Path:
+    """A finished 2-policy run (serial, CartPole, a 32-unit MLP) to resume."""
+    train_dir = tmp_path_factory.mktemp("runs")
+    argv = [*SERIAL_CARTPOLE, "--train_for_env_steps=600", f"--train_dir={train_dir}",
+            "--experiment=e"]  # fmt: skip
+    assert main(argv) == 0
+    return train_dir
+
+
+@pytest.mark.parametrize(
+    "change, words",
+    [
+        (["--env=Acrobot-v1"], ["--env=Acrobot-v1 (the run has CartPole-v1)"]),
+        (["--encoder_mlp_layers", "64", "64"], ["--encoder_mlp_layers=64 64 (the run has 32)"]),
+        (["--num_policies=1"], ["--num_policies=1 (the run has 2)"]),
+        (["--use_rnn"], ["--use_rnn=True (the run has False)"]),
+        (["--nonlinearity=tanh", "--normalize_input=False"],
+         ["--nonlinearity=tanh (the run has elu)", "--normalize_input=False"]),
+    ],
+)  # fmt: skip
+def test_resuming_with_another_env_or_network_is_refused(run, change, words, capsys):
+    before = files_of(run)
+    argv = [*SERIAL_CARTPOLE, "--train_for_env_steps=1200", f"--train_dir={run}",
+            "--experiment=e", *change]  # fmt: skip
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    assert len(err.strip().splitlines()) == 1 and "Traceback" not in err, err
+    for word in [*words, "cannot resume", "--restart_behavior=restart"]:
+        assert word in err, (word, err)
+    assert files_of(run) == before  # config.json, summary.json, checkpoints untouched
+
+
+def test_the_same_flags_resume_and_a_new_run_may_change_them(run, capsys):
+    argv = [*SERIAL_CARTPOLE, f"--train_dir={run}", "--experiment=e"]
+    assert main([*argv, "--train_for_env_steps=1200", "--learning_rate=3e-4"]) == 0
+    assert "resumed at version" in capsys.readouterr().out
+    # another network is fine once the old run is moved aside
+    assert main([*argv, "--train_for_env_steps=600", "--encoder_mlp_layers", "16",
+                 "--restart_behavior=restart"]) == 0  # fmt: skip
+    assert len(list(run.glob("e_old_*"))) == 1
+
+
+def test_a_config_json_that_is_not_an_object_is_named(tmp_path, capsys):
+    (tmp_path / "e").mkdir()
+    (tmp_path / "e" / "config.json").write_text("[1, 2]")
+    argv = [*SERIAL_CARTPOLE, f"--train_dir={tmp_path}", "--experiment=e"]
+    assert main([*argv, "--train_for_env_steps=600"]) == 2
+    err = capsys.readouterr().err
+    assert "config.json is unreadable" in err and "expected a JSON object" in err, err
+    assert (tmp_path / "e" / "config.json").read_text() == "[1, 2]"
+
+
+def test_a_train_dir_that_cannot_be_made_is_one_line(capsys):
+    argv = ["--env=CartPole-v1", "--serial_mode", "--train_dir=/proc/no_such/runs"]
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    assert "--train_dir='/proc/no_such/runs': cannot make" in err and "Traceback" not in err
+
+
+def test_mismatches_compare_values_not_types():
+    cfg = Cfg({"env": "a", "num_policies": 2, "encoder_mlp_layers": (32, 32),
+               "use_rnn": False, "rnn_size": 64})  # fmt: skip
+    saved = {"env": "a", "num_policies": 2, "encoder_mlp_layers": [32, 32], "use_rnn": False,
+             "rnn_size": 512, "nonlinearity": "elu"}  # fmt: skip
+    assert resume_mismatches(cfg, saved) == []  # rnn_size is unused without an RNN
+    assert resume_mismatches(Cfg({**cfg.to_dict(), "use_rnn": True}), saved) == [
+        "--use_rnn=True (the run has False)",
+        "--rnn_size=64 (the run has 512)",
+    ]
