@@ -27,7 +27,7 @@ from rl_pbt.logging.video import (
     default_video_path,
     env_fps,
 )
-from rl_pbt.models.loading import PolicyActor, experiment_cfg, load_policy
+from rl_pbt.models.loading import PolicyActor, experiment_cfg, load_policy, run_env_problem
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -52,6 +52,10 @@ def load(args):
     exp_dir = experiment_dir(args)
     cfg = experiment_cfg(exp_dir)
     trained_on = cfg.env
+    if not args.env:
+        problem = run_env_problem(exp_dir, trained_on, "launch.enjoy")
+        if problem:
+            raise ValueError(f"{problem}; or give --env=NAME to play in another env")
     cfg.env = args.env or trained_on
     env = as_multiagent(
         make_env(
@@ -74,9 +78,20 @@ def load(args):
     return cfg, env, model
 
 
+def check_args(args) -> None:
+    """ValueError (one line naming the flag) for values no run can use."""
+    for flag in ("episodes", "max_steps"):
+        value = getattr(args, flag)
+        if value < 1:
+            raise ValueError(f"--{flag}={value}: must be at least 1")
+    if args.policy < 0:
+        raise ValueError(f"--policy={args.policy}: a population member's number, 0 or more")
+
+
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
+        check_args(args)
         video = None
         if args.save_video is not None:
             path = args.save_video or default_video_path(experiment_dir(args), f"p{args.policy}")

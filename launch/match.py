@@ -35,6 +35,7 @@ import numpy as np
 import torch
 
 import envs  # noqa: F401  (registers the built-in envs)
+from rl_pbt.config.flags import seed_range
 from rl_pbt.envs.registry import has_batched_env, make_env, make_env_batch
 from rl_pbt.envs.scripted import (  # noqa: F401  (RandomActor: for callers of this module)
     RandomActor,
@@ -51,7 +52,7 @@ from rl_pbt.logging.video import (
     env_fps,
 )
 from rl_pbt.models.action_dist import to_env_action
-from rl_pbt.models.loading import PolicyActor, experiment_cfg, load_policy
+from rl_pbt.models.loading import PolicyActor, experiment_cfg, load_policy, run_env_problem
 from rl_pbt.sampling.elo import DEFAULT_RATING
 
 
@@ -93,7 +94,12 @@ def resolve_env(args) -> str:
     for spec in args.players:
         found = parse_player(spec, args.experiment)
         if found is not None:
-            return experiment_cfg(os.path.join(args.train_dir, found[0])).env
+            exp_dir = os.path.join(args.train_dir, found[0])
+            env = experiment_cfg(exp_dir).env
+            problem = run_env_problem(exp_dir, env, "launch.match")
+            if problem:
+                raise ValueError(f"player {spec!r}: {problem}; or give --env=NAME")
+            return env
     raise ValueError(
         "--env is needed when no player comes from an experiment (e.g. --env=arena_duel)"
     )
@@ -416,25 +422,52 @@ def video_path(args) -> str:
     return path
 
 
+def check_args(args) -> None:
+    """ValueError (one line naming the flag) for values no match can use."""
+    for flag in ("games", "max_steps", "num_envs"):
+        value = getattr(args, flag)
+        if value < 1:
+            raise ValueError(f"--{flag}={value}: must be at least 1")
+    problem = seed_range(args.seed)
+    if problem:
+        raise ValueError(f"--seed={args.seed}: {problem}")
+    for spec in args.players:
+        parse_player(spec, args.experiment, args.env)
+
+
+def check_players(args) -> None:
+    """ValueError (one line) for a player named twice, as the same name or as the same
+    member of the same run."""
+    seen: dict[Any, str] = {}
+    for spec in args.players:
+        found = parse_player(spec, args.experiment, args.env)
+        key = ("policy", *found) if found is not None else ("scripted", spec)
+        if key in seen:
+            same = f"{spec!r} twice" if seen[key] == spec else f"{seen[key]!r} and {spec!r}"
+            raise ValueError(
+                f"--players names {same}, the same player: a player does not play itself; "
+                "name each player once"
+            )
+        seen[key] = spec
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
     if len(args.players) < 2:
         parser.error("--players needs at least two players")
     torch.set_num_threads(1)  # one game or a small batch a step: more threads only contend
-    torch.manual_seed(args.seed)  # trained players sample their actions from torch's generator
 
     try:
-        for spec in args.players:
-            parse_player(spec, args.experiment, args.env)
+        check_args(args)
+        torch.manual_seed(args.seed)  # trained players sample their actions from torch's rng
         args.env = resolve_env(args)
-        if args.num_envs < 1:
-            raise ValueError(f"--num_envs={args.num_envs}: must be at least 1")
         if args.num_envs > 1 and not has_batched_env(args.env):
             raise ValueError(
                 f"--num_envs={args.num_envs}: env {args.env!r} has no batched version; "
                 "use --num_envs=1"
             )
+        check_players(args)
         video = video_path(args) if args.save_video is not None else None
         env = as_multiagent(
             make_env(
@@ -446,6 +479,12 @@ def main(argv: list[str] | None = None) -> int:
         )
         if env.num_agents < 2:
             raise ValueError(f"--env={args.env} has one agent: matches need a multi-agent env")
+        if args.num_envs > 1 and not isinstance(env.observation_space, gym.spaces.Box):
+            space = type(env.observation_space).__name__
+            raise ValueError(
+                f"--num_envs={args.num_envs}: batched matches need flat (Box) observations, "
+                f"and {args.env}'s are a {space}; use --num_envs=1 for this env"
+            )
         if video:
             env.reset()
             if env.render() is None:
@@ -453,6 +492,12 @@ def main(argv: list[str] | None = None) -> int:
         batch_env = None
         if args.num_envs > 1:
             batch_env = make_batch_env(args.env, args.num_envs, args.seed)
+            if not callable(getattr(batch_env, "reset", None)):
+                batch_env.close()
+                raise ValueError(
+                    f"--num_envs={args.num_envs}: the batched version of {args.env} cannot "
+                    "start all its games at once (it has no reset()); use --num_envs=1"
+                )
         make = make_batch_player if batch_env is not None else make_player
         factories = {p: make(p, env, args, args.seed + k) for k, p in enumerate(args.players)}
     except (FileNotFoundError, ValueError) as e:

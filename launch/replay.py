@@ -6,6 +6,11 @@
 Reads {train_dir}/{from_experiment}/pbt/lineage.jsonl, follows the member's ancestry
 (copies included), and applies each recorded change of hyperparameters and reward shaping
 at the same env-step count. The env and model flags default to the source experiment's.
+
+The replay goes to a new experiment (by default {from_experiment}_p{policy}_replay). An
+existing one is resumed only when it is a replay of the same member of the same run; any
+other folder is refused unless --restart_behavior=restart (moves it aside) or overwrite is
+given, and the source experiment itself is never written to.
 """
 
 from __future__ import annotations
@@ -14,43 +19,133 @@ import argparse
 import json
 import os
 import sys
+from typing import Any, Optional
 
 from launch.train import main as train_main
-from rl_pbt.pbt.lineage import lineage_path
+from rl_pbt.logging.files import experiment_name_problem
+from rl_pbt.pbt.lineage import lineage_path, read_events, schedule_for
+
+PROG = "rl-pbt-replay"
+INHERITED = [
+    "env",
+    "rollout",
+    "batch_size",
+    "num_envs_per_worker",
+    "use_rnn",
+    "encoder_mlp_layers",
+    "train_for_env_steps",
+]
+
+
+def _fail(message: str) -> int:
+    print(f"{PROG}: error: {message}", file=sys.stderr)
+    return 2
+
+
+def _read_config(path: str) -> tuple[Optional[dict], Optional[str]]:
+    """A config.json as a dict, or why it cannot be read."""
+    try:
+        with open(path) as f:
+            data = json.load(f)
+    except OSError as e:
+        return None, f"{path} is unreadable ({e.strerror})"
+    except ValueError as e:
+        return None, f"{path} is damaged: not valid JSON ({e})"
+    if not isinstance(data, dict):
+        return None, f"{path} is not a run's config: expected a JSON object of flag values"
+    return data, None
+
+
+def policy_problem(lineage: str, policy: int, source: str) -> Optional[str]:
+    """Why `policy` has no schedule in the lineage file (None when it has one)."""
+    events = read_events(lineage)
+    if not events:
+        return f"{lineage} holds no lineage events: nothing to replay"
+    members = sorted({str(e["policy"]) for e in events}, key=lambda p: (len(p), p))
+    try:
+        schedule = schedule_for(events, policy)
+    except (KeyError, TypeError, ValueError) as e:
+        return f"{lineage} is unreadable ({type(e).__name__}: {e})"
+    if not schedule:
+        return (
+            f"--policy={policy}: {source}'s lineage ({lineage}) has no events for that "
+            f"policy; its members: {', '.join(members)}"
+        )
+    return None
+
+
+def target_problem(args: Any, target: str, src: str, lineage: str) -> Optional[str]:
+    """Why the replay must not be written to `target` (None when it may)."""
+    where = os.path.join(args.train_dir, target)
+    if os.path.realpath(where) == os.path.realpath(src):
+        return (
+            f"--experiment={target} is the experiment being replayed (--from_experiment="
+            f"{args.from_experiment}): the replay needs a folder of its own, e.g. "
+            f"--experiment={args.from_experiment}_p{args.policy}_replay"
+        )
+    if not os.path.isdir(where) or not os.listdir(where):
+        return None
+    if args.restart_behavior in ("restart", "overwrite"):
+        return None  # asked for by name: the trainer moves the old run aside or deletes it
+    cfg, _ = _read_config(os.path.join(where, "config.json"))
+    replayed = (cfg or {}).get("pbt_replay_lineage")
+    if (
+        isinstance(replayed, str)
+        and os.path.realpath(replayed) == os.path.realpath(lineage)
+        and cfg.get("pbt_replay_policy") == args.policy
+    ):
+        return None  # an earlier replay of the same member: resumed as any run
+    return (
+        f"--experiment={target}: {where} already holds another run (not a replay of policy "
+        f"{args.policy} of {args.from_experiment}); choose another --experiment, or give "
+        "--restart_behavior=restart (moves it aside) or --restart_behavior=overwrite"
+    )
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(allow_abbrev=False, description=__doc__.split("\n")[0])
+    parser = argparse.ArgumentParser(
+        allow_abbrev=False, prog=PROG, description=__doc__.split("\n")[0]
+    )
     parser.add_argument("--from_experiment", required=True)
     parser.add_argument("--policy", type=int, required=True)
     parser.add_argument("--train_dir", default="train_dir")
+    parser.add_argument(
+        "--experiment", default=None, help="default: {from_experiment}_p{policy}_replay"
+    )
+    parser.add_argument("--restart_behavior", default=None, help="as rl-pbt-train's")
     args, rest = parser.parse_known_args(argv)
+    problem = experiment_name_problem(args.from_experiment)
+    if problem:
+        return _fail(f"--from_experiment={args.from_experiment!r} {problem}: give its name")
     src = os.path.join(args.train_dir, args.from_experiment)
     lineage = lineage_path(src)
     if not os.path.isfile(lineage):
-        print(f"rl-pbt-replay: error: no lineage at {lineage}", file=sys.stderr)
-        return 2
-    with open(os.path.join(src, "config.json")) as f:
-        src_cfg = json.load(f)
-    inherited = [
-        "env",
-        "rollout",
-        "batch_size",
-        "num_envs_per_worker",
-        "use_rnn",
-        "encoder_mlp_layers",
-        "train_for_env_steps",
-    ]
+        return _fail(f"no lineage at {lineage}")
+    src_cfg, problem = _read_config(os.path.join(src, "config.json"))
+    if problem:
+        return _fail(f"--from_experiment={args.from_experiment}: {problem}")
+    problem = policy_problem(lineage, args.policy, args.from_experiment)
+    if problem:
+        return _fail(problem)
+    target = args.experiment or f"{args.from_experiment}_p{args.policy}_replay"
+    problem = experiment_name_problem(target)
+    if problem:
+        return _fail(f"--experiment={target!r} {problem}: give the replay's name")
+    problem = target_problem(args, target, src, lineage)
+    if problem:
+        return _fail(problem)
+
     given = {a.split("=")[0].lstrip("-") for a in rest if a.startswith("--")}
     base = []
-    for key in inherited:
+    for key in INHERITED:
         if key not in given and src_cfg.get(key) is not None:
             value = src_cfg[key]
             base += (
                 [f"--{key}", *map(str, value)] if isinstance(value, list) else [f"--{key}={value}"]
             )
-    if "experiment" not in given:
-        base.append(f"--experiment={args.from_experiment}_p{args.policy}_replay")
+    base.append(f"--experiment={target}")
+    if args.restart_behavior is not None:
+        base.append(f"--restart_behavior={args.restart_behavior}")
     return train_main(
         base
         + [

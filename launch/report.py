@@ -32,6 +32,7 @@ from rl_pbt.logging.files import (
     read_scalars,
     scalars_path,
 )
+from rl_pbt.logging.video import output_file_problem
 from rl_pbt.pbt.lineage import family_tree_dot, family_tree_text, lineage_path, read_events
 from rl_pbt.pbt.search_space import (
     DEFAULT_LEARNING_SPECS,
@@ -171,14 +172,19 @@ def value_kinds(cfg: dict[str, Any], names, notes: list[str]) -> dict[str, Optio
     return {name: (specs[name].kind if name in specs else None) for name in names}
 
 
-def read_elo(exp_dir: str) -> list[tuple[Any, float, int]]:
-    """(id, rating, games) from elo.json: ints are members, strings frozen snapshots."""
-    try:
-        data = read_json(os.path.join(exp_dir, "elo.json"), {})
-    except (OSError, ValueError):
+def read_elo(exp_dir: str, problems: Optional[dict] = None) -> list[tuple[Any, float, int]]:
+    """(id, rating, games) from elo.json: ints are members, strings frozen snapshots. A file
+    that cannot be read puts its path and why in `problems`."""
+    data = _read_optional(os.path.join(exp_dir, "elo.json"), problems, {})
+    if data is None:
+        return []
+    if not isinstance(data, dict) or not isinstance(data.get("entries", []), list):
+        _unreadable(
+            exp_dir, "elo.json", 'expected {"entries": [[id, rating, games], ...]}', problems
+        )
         return []
     out = []
-    for entry in data.get("entries", []) if isinstance(data, dict) else []:
+    for entry in data.get("entries", []):
         try:
             key, rating, games = entry
             key = key if isinstance(key, int) else str(key)
@@ -188,15 +194,38 @@ def read_elo(exp_dir: str) -> list[tuple[Any, float, int]]:
     return out
 
 
-def read_cross_play(exp_dir: str) -> Optional[tuple[list[str], list[list]]]:
-    try:
-        data = read_json(os.path.join(exp_dir, CROSS_PLAY_FILE))
-        players, matrix = [str(p) for p in data["players"]], data["win_rate"]
-    except (OSError, ValueError, TypeError, KeyError):
+def read_cross_play(
+    exp_dir: str, problems: Optional[dict] = None
+) -> Optional[tuple[list[str], list[list]]]:
+    data = _read_optional(os.path.join(exp_dir, CROSS_PLAY_FILE), problems)
+    if data is None:
         return None
-    if len(matrix) != len(players) or any(len(row) != len(players) for row in matrix):
+    try:
+        players, matrix = [str(p) for p in data["players"]], data["win_rate"]
+        square = len(matrix) == len(players) and all(len(row) == len(players) for row in matrix)
+    except (TypeError, KeyError):
+        square = False
+    if not square:
+        why = 'expected {"players": [names], "win_rate": [[one row per player]]}'
+        _unreadable(exp_dir, CROSS_PLAY_FILE, why, problems)
         return None
     return players, matrix
+
+
+def _unreadable(exp_dir: str, name: str, why: str, problems: Optional[dict]) -> None:
+    if problems is not None:
+        problems[name] = f"{os.path.join(exp_dir, name)} is unreadable ({why})"
+
+
+def _read_optional(path: str, problems: Optional[dict], default: Any = None) -> Any:
+    """The JSON in `path`, `default` when there is no such file, None when it cannot be read
+    (its path and why are put in `problems`, keyed by the file name)."""
+    try:
+        return read_json(path, default)
+    except (OSError, ValueError) as e:
+        why = e.strerror if isinstance(e, OSError) else f"not valid JSON: {e}"
+        _unreadable(os.path.dirname(path), os.path.basename(path), why, problems)
+        return None
 
 
 def _safe_json(path: str, default: Any = None) -> Any:
@@ -204,6 +233,21 @@ def _safe_json(path: str, default: Any = None) -> Any:
         return read_json(path, default)
     except (OSError, ValueError):
         return default
+
+
+def read_config(exp_dir: str) -> tuple[dict, Optional[str]]:
+    """The run's config.json ({} when there is none) and what is wrong with it, if anything."""
+    path = os.path.join(exp_dir, "config.json")
+    try:
+        cfg = read_json(path, {})
+    except OSError as e:
+        return {}, f"{path} is unreadable ({e.strerror})"
+    except ValueError as e:
+        return {}, f"{path} is damaged: not valid JSON ({e})"
+    if not isinstance(cfg, dict):
+        found = "list" if isinstance(cfg, list) else type(cfg).__name__
+        return {}, f"{path} is not a run's config: expected a JSON object, found a JSON {found}"
+    return cfg, None
 
 
 # ---------------------------------------------------------------------------- the report
@@ -229,19 +273,26 @@ class RunData:
     superseded: int
     summary: dict
     end_steps: dict = field(default_factory=dict)  # member -> last env step known
+    problems: dict = field(default_factory=dict)  # file name -> why it is unreadable
 
 
-def load_run(exp_dir: str) -> RunData:
-    cfg = _safe_json(os.path.join(exp_dir, "config.json"), {}) or {}
+def load_run(exp_dir: str, cfg: Optional[dict] = None) -> RunData:
+    if cfg is None:
+        cfg = read_config(exp_dir)[0]
     records, skipped = read_scalars(scalars_path(exp_dir))
     timelines, superseded = member_timelines(records)
     events = latest_run(read_events(lineage_path(exp_dir)))
-    summary = _safe_json(os.path.join(exp_dir, "summary.json"), {}) or {}
-    run = RunData(exp_dir, cfg, events, timelines, skipped, superseded, summary)
+    problems: dict[str, str] = {}
+    summary = _read_optional(os.path.join(exp_dir, "summary.json"), problems, {}) or {}
+    policies = summary.get("policies") if isinstance(summary, dict) else None
+    if not isinstance(summary, dict) or not isinstance(policies or {}, dict):
+        _unreadable(exp_dir, "summary.json", 'expected {"policies": {member: stats}}', problems)
+        summary = {}
+    run = RunData(exp_dir, cfg, events, timelines, skipped, superseded, summary, {}, problems)
     for p, rows in timelines.items():
         run.end_steps[p] = float(rows[-1]["env_steps"])
     for p, stats in (summary.get("policies") or {}).items():
-        steps = _number((stats or {}).get("env_steps"))
+        steps = _number(stats.get("env_steps")) if isinstance(stats, dict) else None
         if steps is not None and str(p).isdigit():
             run.end_steps[int(p)] = max(run.end_steps.get(int(p), 0.0), steps)
     for ev in events:
@@ -321,10 +372,17 @@ def family_tree_section(run: RunData, figures) -> Section:
 
 
 def selfplay_sections(run: RunData, figures) -> list[Section]:
-    entries = read_elo(run.exp_dir)
+    entries = read_elo(run.exp_dir, run.problems)
     tag = elo_tag(run.timelines)
-    cross = read_cross_play(run.exp_dir)
+    cross = read_cross_play(run.exp_dir, run.problems)
+    unreadable = [run.problems[f] for f in ("elo.json", CROSS_PLAY_FILE) if f in run.problems]
     if not any(games for *_, games in entries) and tag is None and cross is None:
+        if unreadable:
+            return [
+                Section(
+                    "Self-play", notes=[f"{n}: no Elo or cross-play figures" for n in unreadable]
+                )
+            ]
         return [
             Section(
                 "Self-play",
@@ -342,12 +400,16 @@ def selfplay_sections(run: RunData, figures) -> list[Section]:
         sec.image = figures.png_bytes(figures.elo_bars_figure(entries, members + 1))
         sec.caption = "ratings saved in elo.json (the run keeps only the latest ratings)"
         sec.notes.append("no Elo rating in the scalar log: no Elo curves over time")
+    elif "elo.json" in run.problems:
+        sec.notes.append(f"{run.problems['elo.json']}: no Elo figure")
     else:
         sec.notes.append("no Elo ratings saved (elo.json) nor logged: no Elo figure")
     win = Section("Cross-play win rates", png="cross_play.png")
     if cross is not None:
         win.image = figures.png_bytes(figures.win_rate_figure(*cross))
         win.caption = f"from {CROSS_PLAY_FILE}"
+    elif CROSS_PLAY_FILE in run.problems:
+        win.notes.append(f"{run.problems[CROSS_PLAY_FILE]}: no cross-play figure")
     else:
         win.notes.append(
             f"no cross-play win rates on disk ({CROSS_PLAY_FILE}): "
@@ -374,6 +436,7 @@ def final_rows(run: RunData) -> tuple[list[str], list[dict[str, Any]], str]:
         values.update(flatten_shaping(_safe_json(policy_shaping_path(exp_dir, p))))
         columns += [k for k in values if k not in columns]
         stats = (run.summary.get("policies") or {}).get(str(p)) or {}
+        stats = stats if isinstance(stats, dict) else {}
         objective = _number(stats.get("mean_objective"))
         if objective is None:
             objective = _number(stats.get("mean_return"))
@@ -446,7 +509,11 @@ def build_sections(run: RunData, figures) -> list[Section]:
         sections.append(Section("PBT", notes=[NO_PBT]))
     sections += selfplay_sections(run, figures)
     sections.append(table_section(run))
-    if not run.summary:
+    if "summary.json" in run.problems:
+        sections[-1].notes.append(
+            f"{run.problems['summary.json']}: objectives come from the scalar log"
+        )
+    elif not run.summary:
         sections[-1].notes.append(
             "summary.json not written yet (the run is still going, or was "
             "killed): objectives come from the scalar log"
@@ -559,6 +626,16 @@ def main(argv: list[str] | None = None) -> int:
             f"--experiment={args.experiment}: {exp_dir} is not an experiment folder "
             "(no config.json)"
         )
+    cfg, problem = read_config(exp_dir)
+    if problem:
+        return _fail(f"--experiment={args.experiment}: {problem}")
+    if args.dot:
+        problem = output_file_problem(args.dot)
+        if problem:
+            return _fail(
+                f"--dot={args.dot}: {problem}; give a file path for the tree "
+                "(e.g. --dot=tree.dot) in a folder you can write to"
+            )
     try:
         from rl_pbt.logging import report_figures
     except ImportError as e:
@@ -566,7 +643,7 @@ def main(argv: list[str] | None = None) -> int:
             raise
         return _fail('the report figures need matplotlib: pip install -e ".[report]"')
 
-    run = load_run(exp_dir)
+    run = load_run(exp_dir, cfg)
     if run.events:
         print_text(run)
     index, notes = write_report(run, report_figures)
@@ -576,8 +653,11 @@ def main(argv: list[str] | None = None) -> int:
             print(f"  - {note}")
     if args.dot:
         if run.events:
-            with open(args.dot, "w") as f:
-                f.write(family_tree_dot(run.events))
+            dot = family_tree_dot(run.events)
+            try:
+                atomic_write(args.dot, lambda f: f.write(dot))
+            except OSError as e:
+                return _fail(f"--dot={args.dot}: cannot write it ({e.strerror})")
             print(f"\nwrote {args.dot}")
         else:
             print(f"\nno lineage: {args.dot} not written")

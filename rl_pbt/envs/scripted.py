@@ -13,6 +13,7 @@ the legal actions (the action mask, when the observation has one).
 
 from __future__ import annotations
 
+import inspect
 from typing import Any, Callable, Optional
 
 import numpy as np
@@ -114,10 +115,71 @@ def make_scripted(env_name: Optional[str], spec: str, env, seed: Optional[int] =
                 f"(known: {known})"
             )
         make_fn = found
+    problem = _params_problem(name, make_fn, params)
+    if problem:
+        raise ValueError(f"player {spec!r}: {problem}")
     try:
         return make_fn(env, seed=seed, **params)
-    except TypeError as e:  # an unknown parameter
-        raise ValueError(f"player {spec!r}: {e}") from None
+    except (TypeError, ValueError) as e:  # a value the player refuses
+        raise ValueError(f"player {spec!r}: {e}; {_takes(name, make_fn)}") from None
+
+
+_KIND_WORDS = {int: "an integer", float: "a number", str: "a string"}
+
+
+def _parameters(make_fn: MakeScripted) -> Optional[dict[str, inspect.Parameter]]:
+    """The parameters `make_fn` takes besides the env and the seed; None when it takes any
+    (a **kwargs) or its signature cannot be read."""
+    try:
+        sig = inspect.signature(make_fn)
+    except (TypeError, ValueError):
+        return None
+    params = list(sig.parameters.values())
+    if any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params):
+        return None
+    named = (inspect.Parameter.POSITIONAL_OR_KEYWORD, inspect.Parameter.KEYWORD_ONLY)
+    return {p.name: p for p in params[1:] if p.kind in named and p.name != "seed"}
+
+
+def _kind(param: inspect.Parameter) -> Optional[type]:
+    """int, float or str: the type of the parameter's default, else of its annotation."""
+    default = param.default
+    if default is not inspect.Parameter.empty and default is not None:
+        return type(default) if type(default) in _KIND_WORDS else None
+    note = param.annotation
+    note = note if isinstance(note, str) else getattr(note, "__name__", "")
+    return {"int": int, "float": float, "str": str}.get(note)
+
+
+def _takes(name: str, make_fn: MakeScripted) -> str:
+    """'NAME takes: depth (an integer, default 2)', or 'NAME takes no parameters'."""
+    params = _parameters(make_fn)
+    if params is None:
+        return f"see the parameters of {name}'s make_fn"
+    if not params:
+        return f"{name} takes no parameters"
+    parts = []
+    for p in params.values():
+        bits = [_KIND_WORDS[_kind(p)]] if _kind(p) else []
+        if p.default is not inspect.Parameter.empty:
+            bits.append(f"default {p.default!r}")
+        parts.append(f"{p.name} ({', '.join(bits)})" if bits else p.name)
+    return f"{name} takes: {', '.join(parts)}"
+
+
+def _params_problem(name: str, make_fn: MakeScripted, params: dict[str, Any]) -> Optional[str]:
+    """Why `params` do not fit `make_fn` (an unknown name, or a value of the wrong type)."""
+    known = _parameters(make_fn)
+    if known is None:
+        return None
+    for key, value in params.items():
+        if key not in known:
+            return f"unexpected keyword argument {key!r}; {_takes(name, make_fn)}"
+        kind = _kind(known[key])
+        fits = kind is None or isinstance(value, kind) or (kind is float and isinstance(value, int))
+        if not fits:
+            return f"{key}={value!r} is not {_KIND_WORDS[kind]}; {_takes(name, make_fn)}"
+    return None
 
 
 def scripted_snapshot(env_name: str) -> dict[str, MakeScripted]:

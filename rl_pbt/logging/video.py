@@ -9,6 +9,7 @@ from __future__ import annotations
 import importlib.util
 import os
 import re
+import tempfile
 import time
 from typing import Optional
 
@@ -63,7 +64,8 @@ def ffmpeg_available() -> bool:
 def check_video_path(path: str, flag: str = "--save_video") -> tuple[str, Optional[str]]:
     """The path a video asked for as `path` will be written to, and a note when it differs
     from what was asked (an .mp4 without ffmpeg becomes a .gif). VideoError when imageio is
-    missing or the extension is neither .mp4 nor .gif (no extension: .mp4)."""
+    missing, the extension is neither .mp4 nor .gif (no extension: .mp4), or the file cannot
+    be written there (`output_file_problem`)."""
     if not installed("imageio"):
         raise VideoError(f"{flag} needs imageio: {INSTALL_HINT}")
     root, ext = os.path.splitext(path)
@@ -71,10 +73,51 @@ def check_video_path(path: str, flag: str = "--save_video") -> tuple[str, Option
         path, ext = path + ".mp4", ".mp4"
     if ext.lower() not in FORMATS:
         raise VideoError(f"{flag}={path}: the file must end in .mp4 or .gif")
+    note = None
     if ext.lower() == ".mp4" and not ffmpeg_available():
-        gif = root + ".gif"
-        return gif, f"{flag}: ffmpeg is not available ({INSTALL_HINT}): writing {gif} instead"
-    return path, None
+        path = root + ".gif"
+        note = f"{flag}: ffmpeg is not available ({INSTALL_HINT}): writing {path} instead"
+    problem = output_file_problem(path)
+    if problem:
+        raise VideoError(f"{flag}={path}: {problem}; give a file in a folder you can write to")
+    return path, note
+
+
+def output_file_problem(path: str) -> Optional[str]:
+    """Why a file cannot be written at `path` (None when it can): the path is a folder, or its
+    folder cannot be made or written to. Found out by making the missing folders and a file
+    in them; what was made to find out is removed again, so a command that fails later leaves
+    nothing behind (the writer makes the folders once it writes)."""
+    path = os.path.abspath(path)
+    if os.path.isdir(path):
+        return "is a folder, not a file"
+    folder = os.path.dirname(path)
+    missing = []  # the folders to make, deepest first
+    parent = folder
+    while not os.path.isdir(parent):
+        if os.path.lexists(parent):
+            return f"{parent} is not a folder"
+        missing.append(parent)
+        parent = os.path.dirname(parent)
+    made = []
+    try:
+        for d in reversed(missing):
+            os.mkdir(d)
+            made.append(d)
+        fd, probe = tempfile.mkstemp(dir=folder, prefix=".write_test_")
+        os.close(fd)
+        os.unlink(probe)
+    except OSError as e:
+        what = "make the folder" if len(made) < len(missing) else "write in"
+        where = missing[len(missing) - 1 - len(made)] if len(made) < len(missing) else folder
+        return f"cannot {what} {where} ({e.strerror})"
+    finally:
+        for d in reversed(made):
+            try:
+                os.rmdir(d)
+            except OSError:  # something else has appeared there meanwhile: leave it
+                break
+    return None
 
 
 def env_fps(env, default: float = 30.0) -> float:

@@ -1,0 +1,248 @@
+"""Bad input to rl-pbt-enjoy, rl-pbt-match, rl-pbt-report and rl-pbt-replay, on small real
+runs: each must end with exit status 2 and one line on stderr naming the flag or the file, the
+value and what is allowed, without a traceback and without changing anything on disk.
+Damaged optional files of a run (summary.json, elo.json, cross_play.json) do not stop the
+report: its notes name them as unreadable.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+import envs  # noqa: F401  (registers the built-in envs, as the commands do)
+from launch import enjoy, match, replay, report
+
+ROOT = Path(__file__).resolve().parents[2]
+NO_FOLDER = "/proc/no_such_folder"  # a folder nobody can make, root included
+
+
+def train(train_dir: Path, *flags: str) -> None:
+    argv = [sys.executable, "-m", "launch.train", f"--train_dir={train_dir}", *flags]
+    done = subprocess.run(argv, cwd=ROOT, capture_output=True, text=True, timeout=180)
+    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
+
+
+@pytest.fixture(scope="module")
+def runs(tmp_path_factory) -> Path:
+    """A short PBT run on CartPole (`pbt`: a lineage for members 0 and 1) and a short
+    connect four run (`c4`), both with two policies."""
+    td = tmp_path_factory.mktemp("runs")
+    train(
+        td,
+        "--env=CartPole-v1",
+        "--experiment=pbt",
+        "--num_policies=2",
+        "--with_pbt",
+        "--pbt_period_env_steps=1000",
+        "--pbt_start_mutation=1000",
+        "--train_for_env_steps=3000",
+    )
+    train(
+        td,
+        "--env=connect_four",
+        "--experiment=c4",
+        "--num_policies=2",
+        "--train_for_env_steps=2000",
+    )
+    return td
+
+
+@pytest.fixture
+def copy_of(runs, tmp_path):
+    """copy_of(name) -> a fresh train_dir holding a copy of run `name`, free to damage."""
+
+    def make(name: str) -> Path:
+        shutil.copytree(runs / name, tmp_path / name)
+        return tmp_path
+
+    return make
+
+
+def snapshot(folder: Path) -> dict[str, str]:
+    """Every file under `folder` (hidden ones included) with a hash of its bytes."""
+    out = {}
+    for path in sorted(folder.rglob("*")):
+        rel = str(path.relative_to(folder))
+        out[rel] = hashlib.sha1(path.read_bytes()).hexdigest() if path.is_file() else "dir"
+    return out
+
+
+def fails(capsys, main, argv, *words: str) -> str:
+    """Runs `main(argv)`: exit 2, one line on stderr holding every word, no traceback."""
+    status = main(argv)
+    out, err = capsys.readouterr()
+    assert status == 2, (status, out[-1000:], err)
+    assert "Traceback" not in out + err, err
+    line = err.strip()
+    assert line and "\n" not in line, err
+    for word in words:
+        assert word in line, (word, line)
+    return line
+
+
+# ---------------------------------------------------------------------------- replay
+
+
+def test_replay_of_a_policy_without_lineage_writes_nothing(runs, capsys):
+    before = snapshot(runs)
+    source_cfg = (runs / "pbt" / "config.json").read_bytes()
+    argv = [f"--train_dir={runs}", "--from_experiment=pbt", "--policy=9"]
+    line = fails(capsys, replay.main, argv, "--policy=9", "lineage.jsonl", "members: 0, 1")
+    assert "ValueError" not in line
+    assert not (runs / "pbt_p9_replay").exists()
+    assert (runs / "pbt" / "config.json").read_bytes() == source_cfg
+    assert snapshot(runs) == before
+
+
+def test_replay_into_its_own_source_or_another_run_is_refused(runs, capsys):
+    before = snapshot(runs)
+    source_cfg = (runs / "pbt" / "config.json").read_bytes()
+    base = [f"--train_dir={runs}", "--from_experiment=pbt", "--policy=0"]
+    fails(capsys, replay.main, base + ["--experiment=pbt"], "--experiment=pbt", "pbt_p0_replay")
+    fails(capsys, replay.main, base + ["--experiment", "pbt"], "--experiment=pbt")
+    fails(capsys, replay.main, base + ["--experiment=c4"], "--experiment=c4", "--restart_behavior")
+    assert (runs / "pbt" / "config.json").read_bytes() == source_cfg
+    assert snapshot(runs) == before
+
+
+# ---------------------------------------------------------------------------- --save_video
+
+
+def test_save_video_where_no_file_can_be_written(runs, tmp_path, capsys):
+    enjoy_argv = [f"--train_dir={runs}", "--experiment=pbt", "--episodes=1"]
+    fails(
+        capsys,
+        enjoy.main,
+        enjoy_argv + [f"--save_video={NO_FOLDER}/v.mp4"],
+        f"--save_video={NO_FOLDER}/v.",
+        "cannot make the folder",
+    )
+    match_argv = [f"--train_dir={runs}", "--experiment=c4", "--players", "p0", "p1", "--games=2"]
+    line = fails(
+        capsys, match.main, match_argv + [f"--save_video={NO_FOLDER}/a.mp4"], "--save_video="
+    )
+    assert NO_FOLDER in line
+    (tmp_path / "old.mp4").mkdir()
+    fails(capsys, match.main, match_argv + [f"--save_video={tmp_path}/old.mp4"], "is a folder")
+    # a command that fails for another reason leaves no folder made for its video behind
+    fails(capsys, enjoy.main, enjoy_argv + ["--policy=7", f"--save_video={tmp_path}/a/b/v.gif"])
+    assert os.listdir(tmp_path) == ["old.mp4"] and os.listdir(tmp_path / "old.mp4") == []
+
+
+# ---------------------------------------------------------------------------- report --dot
+
+
+def test_report_dot_path_that_cannot_be_written(runs, tmp_path, capsys):
+    before = snapshot(runs)
+    base = [f"--train_dir={runs}", "--experiment=pbt"]
+    fails(capsys, report.main, base + [f"--dot={NO_FOLDER}/t.dot"], f"--dot={NO_FOLDER}/t.dot")
+    fails(capsys, report.main, base + [f"--dot={tmp_path}"], f"--dot={tmp_path}", "folder")
+    assert snapshot(runs) == before  # checked before the page is written
+
+
+# ---------------------------------------------------------------------------- match flags
+
+
+def test_batched_match_in_an_env_without_flat_observations(runs, capsys):
+    argv = [f"--train_dir={runs}", "--experiment=c4", "--players", "p0", "p1", "--num_envs=4"]
+    fails(capsys, match.main, argv, "--num_envs=4", "--num_envs=1", "connect_four")
+
+
+@pytest.mark.parametrize(
+    "flags, words",
+    [
+        (["--games=0"], ["--games=0", "at least 1"]),
+        (["--games=-3"], ["--games=-3", "at least 1"]),
+        (["--max_steps=-5"], ["--max_steps=-5", "at least 1"]),
+        (["--seed=-1"], ["--seed=-1", "2**63"]),
+        (["--players", "p0", "p0"], ["--players", "'p0' twice"]),
+        (["--players", "p0", "c4:p0"], ["--players", "'p0' and 'c4:p0'"]),
+        (
+            ["--players", "p0", "alphabeta:depth=abc"],
+            ["'alphabeta:depth=abc'", "depth='abc'", "an integer", "takes: depth"],
+        ),
+        (
+            ["--players", "p0", "alphabeta:dept=2"],
+            ["'alphabeta:dept=2'", "'dept'", "takes: depth"],
+        ),
+        (["--players", "p0", "random:level=2"], ["'random:level=2'", "no parameters"]),
+    ],
+)
+def test_match_values_it_cannot_use(runs, capsys, flags, words):
+    argv = [f"--train_dir={runs}", "--experiment=c4", "--players", "p0", "p1", *flags]
+    line = fails(capsys, match.main, argv, *words)
+    assert "nan" not in line and "make_alphabeta" not in line and "int()" not in line
+
+
+@pytest.mark.parametrize(
+    "flag", ["--episodes=0", "--episodes=-2", "--max_steps=-5", "--max_steps=0"]
+)
+def test_enjoy_values_it_cannot_use(runs, capsys, flag):
+    argv = [f"--train_dir={runs}", "--experiment=pbt", flag]
+    fails(capsys, enjoy.main, argv, flag, "at least 1")
+
+
+# ---------------------------------------------------------------------------- config.json
+
+
+@pytest.mark.parametrize(
+    "text, words",
+    [
+        ("[1, 2, 3]", ["JSON object", "list"]),
+        ("{}", ["no 'env'"]),
+        ('{"env": 5}', ["'env' is 5"]),
+        ("not json", ["not valid JSON"]),
+    ],
+)
+def test_damaged_config_json_is_named(copy_of, capsys, text, words):
+    td = copy_of("pbt")
+    config = td / "pbt" / "config.json"
+    config.write_text(text)
+    fails(capsys, enjoy.main, [f"--train_dir={td}", "--experiment=pbt"], str(config), *words)
+    argv = [f"--train_dir={td}", "--experiment=pbt", "--players", "p0", "p1"]
+    fails(capsys, match.main, argv, str(config), *words)
+    if not text.startswith("{"):  # the report needs little of the config: any object will do
+        fails(capsys, report.main, [f"--train_dir={td}", "--experiment=pbt"], str(config))
+        assert not (td / "pbt" / "report").exists()
+    assert config.read_text() == text
+
+
+def test_config_naming_an_unregistered_env(copy_of, capsys):
+    td = copy_of("c4")
+    config = td / "c4" / "config.json"
+    cfg = json.loads(config.read_text())
+    config.write_text(json.dumps({**cfg, "env": "NoSuch-v9"}))
+    words = [str(config), "'NoSuch-v9'", "not registered", "register_env"]
+    line = fails(capsys, enjoy.main, [f"--train_dir={td}", "--experiment=c4"], *words)
+    assert "--env='NoSuch-v9'" not in line and "--env=NoSuch-v9" not in line
+    argv = [f"--train_dir={td}", "--experiment=c4", "--players", "p0", "p1"]
+    line = fails(capsys, match.main, argv, *words)
+    assert "--env='NoSuch-v9'" not in line and "--env=NoSuch-v9" not in line
+
+
+# ---------------------------------------------------------------------------- report notes
+
+
+def test_report_names_unreadable_run_files(copy_of, capsys):
+    td = copy_of("c4")
+    exp = td / "c4"
+    (exp / "summary.json").write_text('{"policies": ')
+    (exp / "elo.json").write_text("not json")
+    (exp / "cross_play.json").write_text('{"players": ["p0", "p1"]}')
+    assert report.main([f"--train_dir={td}", "--experiment=c4"]) == 0
+    out, err = capsys.readouterr()
+    assert "Traceback" not in out + err
+    for name in ("summary.json", "elo.json", "cross_play.json"):
+        assert f"{exp / name} is unreadable" in out, (name, out)
+    assert "not written yet" not in out and "no rated self-play" not in out
+    assert "no cross-play win rates on disk" not in out
+    page = (exp / "report" / "index.html").read_text()
+    assert "summary.json is unreadable" in page
