@@ -237,6 +237,14 @@ def prepare_experiment_dir(cfg: Cfg) -> tuple[str, bool]:
     """Apply --restart_behavior; returns (folder, resuming)."""
     exp_dir = check_experiment_dir(cfg)
     exists = os.path.isfile(os.path.join(exp_dir, "config.json"))
+    marker = os.path.join(exp_dir, EXPERIMENT_MARKER)
+    if not exists and os.path.isdir(exp_dir) and not os.path.isfile(marker) and os.listdir(exp_dir):
+        # someone else's files: marking the folder as ours would let a later
+        # --restart_behavior=overwrite delete them
+        raise ConfigError(
+            f"--experiment={cfg.experiment!r}: {exp_dir} already holds files this trainer did "
+            "not write; give another --experiment, or empty the folder first"
+        )
     if exists and cfg.restart_behavior == "overwrite":
         shutil.rmtree(exp_dir)
         exists = False
@@ -252,7 +260,6 @@ def prepare_experiment_dir(cfg: Cfg) -> tuple[str, bool]:
             f"--train_dir={cfg.train_dir!r}: cannot make {exp_dir} ({e.strerror or e}); "
             "give a folder you can write to"
         ) from None
-    marker = os.path.join(exp_dir, EXPERIMENT_MARKER)
     if not os.path.isfile(marker):
         with open(marker, "w") as f:
             f.write("an rl_pbt experiment folder: --restart_behavior=overwrite may delete it\n")

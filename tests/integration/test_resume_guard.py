@@ -85,3 +85,18 @@ def test_mismatches_compare_values_not_types():
         "--use_rnn=True (the run has False)",
         "--rnn_size=64 (the run has 512)",
     ]
+
+
+def test_a_folder_of_someone_elses_files_is_not_taken_over(tmp_path, capsys):
+    """Marking it as a run would let a later --restart_behavior=overwrite delete the files."""
+    (tmp_path / "mine").mkdir()
+    (tmp_path / "mine" / "precious.txt").write_text("keep")
+    (tmp_path / "empty").mkdir()
+    base = [*SERIAL_CARTPOLE, f"--train_dir={tmp_path}", "--train_for_env_steps=300"]
+    for behavior in ("resume", "overwrite"):
+        argv = [*base, "--experiment=mine", f"--restart_behavior={behavior}"]
+        assert main(argv) == 2
+        err = capsys.readouterr().err
+        assert "already holds files this trainer did not write" in err, err
+    assert files_of(tmp_path / "mine") == {"precious.txt": b"keep"}
+    assert main([*base, "--experiment=empty"]) == 0  # an empty folder made beforehand is fine
