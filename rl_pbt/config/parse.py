@@ -868,12 +868,6 @@ def resume_mismatches(cfg: Cfg, saved: dict) -> list[str]:
     return out
 
 
-def _shown(value: Any) -> str:
-    if isinstance(value, (list, tuple)):
-        return " ".join(str(v) for v in value)
-    return str(value)
-
-
 def load_cfg(path: str) -> Cfg:
     with open(path) as f:
         return Cfg(json.load(f))

@@ -29,7 +29,7 @@ def run(tmp_path_factory) -> Path:
     "change, words",
     [
         (["--env=Acrobot-v1"], ["--env=Acrobot-v1 (the run has CartPole-v1)"]),
-        (["--encoder_mlp_layers", "64", "64"], ["--encoder_mlp_layers=64 64 (the run has 32)"]),
+        (["--encoder_mlp_layers", "64", "64"], ["--encoder_mlp_layers=64,64 (the run has 32)"]),
         (["--num_policies=1"], ["--num_policies=1 (the run has 2)"]),
         (["--use_rnn"], ["--use_rnn=True (the run has False)"]),
         (["--nonlinearity=tanh", "--normalize_input=False"],
