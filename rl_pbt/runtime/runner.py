@@ -41,12 +41,18 @@ from rl_pbt.envs.contract import EnvContractError
 from rl_pbt.envs.registry import make_env, registry_snapshot
 from rl_pbt.envs.scripted import make_scripted, scripted_snapshot
 from rl_pbt.envs.wrappers import as_multiagent, reward_shaping_target
-from rl_pbt.learning.checkpoints import CheckpointWriteError
+from rl_pbt.learning.checkpoints import (
+    CheckpointError,
+    CheckpointWriteError,
+    checkpoint_files,
+    read_checkpoint,
+)
 from rl_pbt.learning.learner import Learner, default_hparams
 from rl_pbt.learning.learner_process import LearnerHost, learner_process_main
 from rl_pbt.logging.files import (
     EXPERIMENT_MARKER,
     atomic_write_json,
+    checkpoint_dir,
     experiment_name_problem,
     is_inside,
     read_json,
@@ -222,6 +228,12 @@ def check_resume(cfg: Cfg, config_path: str) -> None:
             f"({e}); use --restart_behavior=restart (moves the old run aside) or another "
             "--experiment"
         ) from None
+    unusable = unusable_checkpoints(os.path.dirname(config_path), cfg.num_policies)
+    if unusable:
+        raise ConfigError(
+            f"cannot resume {os.path.dirname(config_path)}: {unusable}; restore a good copy, "
+            "or move the files away to start that policy anew"
+        )
     wrong = resume_mismatches(cfg, saved)
     if wrong:
         raise ConfigError(
@@ -231,6 +243,29 @@ def check_resume(cfg: Cfg, config_path: str) -> None:
             "--restart_behavior=restart (moves the old run aside), "
             "--restart_behavior=overwrite (deletes it), or another --experiment"
         )
+
+
+def unusable_checkpoints(exp_dir: str, num_policies: int) -> Optional[str]:
+    """Why some policy cannot resume: it has checkpoint files and none of them can be read
+    (else it would train from scratch and its new checkpoints rotate the old ones out). None
+    when each policy has a readable checkpoint or none at all; only the newest readable one of
+    each policy is read."""
+    for p in range(num_policies):
+        files = checkpoint_files(checkpoint_dir(exp_dir, p))
+        newest = None
+        for path in reversed(files):
+            try:
+                read_checkpoint(path, map_location="cpu")
+                break
+            except CheckpointError as e:
+                newest = newest or e.reason
+        else:
+            if files:
+                return (
+                    f"none of the {len(files)} checkpoints of policy {p} in "
+                    f"{checkpoint_dir(exp_dir, p)} can be read (the newest {newest})"
+                )
+    return None
 
 
 def prepare_experiment_dir(cfg: Cfg) -> tuple[str, bool]:

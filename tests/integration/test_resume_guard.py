@@ -100,3 +100,24 @@ def test_a_folder_of_someone_elses_files_is_not_taken_over(tmp_path, capsys):
         assert "already holds files this trainer did not write" in err, err
     assert files_of(tmp_path / "mine") == {"precious.txt": b"keep"}
     assert main([*base, "--experiment=empty"]) == 0  # an empty folder made beforehand is fine
+
+
+def test_a_policy_whose_checkpoints_are_all_unreadable_is_not_restarted_from_scratch(
+    tmp_path, capsys
+):
+    """Training it anew would rotate its old (perhaps recoverable) checkpoints out."""
+    argv = [*SERIAL_CARTPOLE, f"--train_dir={tmp_path}", "--experiment=e",
+            "--train_for_env_steps=600", "--keep_checkpoints=3"]  # fmt: skip
+    assert main(argv) == 0
+    for path in (tmp_path / "e" / "checkpoint_p1").glob("checkpoint_*.pth"):
+        path.write_bytes(path.read_bytes()[:100])  # truncated, as by a full disk
+    before = files_of(tmp_path / "e")
+    assert main([*argv[:-2], "--train_for_env_steps=1200"]) == 2
+    err = capsys.readouterr().err
+    assert "checkpoints of policy 1" in err and "can be read" in err and "Traceback" not in err
+    assert files_of(tmp_path / "e") == before
+    # with one readable checkpoint left, the policy resumes from it
+    good = sorted((tmp_path / "e" / "checkpoint_p0").glob("checkpoint_*.pth"))[-1]
+    newest_p1 = sorted((tmp_path / "e" / "checkpoint_p1").glob("checkpoint_*.pth"))[-1]
+    newest_p1.write_bytes(good.read_bytes())
+    assert main([*argv[:-2], "--train_for_env_steps=1200"]) == 0
