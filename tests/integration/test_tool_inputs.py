@@ -153,7 +153,10 @@ def test_report_dot_path_that_cannot_be_written(runs, tmp_path, capsys):
 
 def test_batched_match_in_an_env_without_flat_observations(runs, capsys):
     argv = [f"--train_dir={runs}", "--experiment=c4", "--players", "p0", "p1", "--num_envs=4"]
-    fails(capsys, match.main, argv, "--num_envs=4", "--num_envs=1", "connect_four")
+    before = snapshot(runs)
+    line = fails(capsys, match.main, argv, "--num_envs=4", "--num_envs=1", "connect_four")
+    assert "Dict" in line and "ValueError" not in line
+    assert snapshot(runs) == before  # refused before any game was played or written
 
 
 @pytest.mark.parametrize(
@@ -187,7 +190,10 @@ def test_match_values_it_cannot_use(runs, capsys, flags, words):
 )
 def test_enjoy_values_it_cannot_use(runs, capsys, flag):
     argv = [f"--train_dir={runs}", "--experiment=pbt", flag]
-    fails(capsys, enjoy.main, argv, flag, "at least 1")
+    before = snapshot(runs)
+    line = fails(capsys, enjoy.main, argv, flag, "at least 1")
+    assert line.startswith("rl-pbt-enjoy: error: "), line
+    assert snapshot(runs) == before
 
 
 # ---------------------------------------------------------------------------- config.json
