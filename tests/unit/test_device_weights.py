@@ -104,7 +104,9 @@ def tear_reads(monkeypatch, writer, model, reads=1):
     return torn
 
 
-def test_a_read_overlapping_a_write_is_retried_and_returns_one_whole_state(monkeypatch):
+def published_once():
+    """A writer that published version 1 (all ones), a reader attached to it, and the
+    writer's and the reader's models."""
     board = WeightBoard.allocate(1)
     src, dst = make_model(0), make_model(1)
     writer = WeightsWriter(board, 0, src, "cpu")
@@ -112,6 +114,11 @@ def test_a_read_overlapping_a_write_is_retried_and_returns_one_whole_state(monke
     reader.attach(writer.message().slots)
     fill(src, 1.0)
     writer.publish(src, version=1)
+    return writer, reader, src, dst
+
+
+def test_a_read_overlapping_a_write_is_retried_and_returns_one_whole_state(monkeypatch):
+    writer, reader, src, dst = published_once()
     torn = tear_reads(monkeypatch, writer, src)
     version = reader.read_into(dst)
     assert torn == [{1.0, 3.0}]  # the first copy did mix versions 1 and 3
@@ -121,13 +128,7 @@ def test_a_read_overlapping_a_write_is_retried_and_returns_one_whole_state(monke
 
 
 def test_a_read_that_keeps_overlapping_writes_fails_instead_of_returning_a_mix(monkeypatch):
-    board = WeightBoard.allocate(1)
-    src, dst = make_model(0), make_model(1)
-    writer = WeightsWriter(board, 0, src, "cpu")
-    reader = WeightsReader(board, 0)
-    reader.attach(writer.message().slots)
-    fill(src, 1.0)
-    writer.publish(src, version=1)
+    writer, reader, src, dst = published_once()
     torn = tear_reads(monkeypatch, writer, src, reads=10**9)
     with pytest.raises(TimeoutError):
         reader.read_into(dst, timeout=0.01)
