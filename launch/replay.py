@@ -16,13 +16,12 @@ given, and the source experiment itself is never written to.
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import sys
 from typing import Any, Optional
 
 from launch.train import main as train_main
-from rl_pbt.logging.files import experiment_name_problem
+from rl_pbt.logging.files import experiment_name_problem, read_run_config
 from rl_pbt.pbt.lineage import lineage_path, read_events, schedule_for
 
 PROG = "rl-pbt-replay"
@@ -45,15 +44,9 @@ def _fail(message: str) -> int:
 def _read_config(path: str) -> tuple[Optional[dict], Optional[str]]:
     """A config.json as a dict, or why it cannot be read."""
     try:
-        with open(path) as f:
-            data = json.load(f)
-    except OSError as e:
-        return None, f"{path} is unreadable ({e.strerror})"
+        return read_run_config(path), None
     except ValueError as e:
-        return None, f"{path} is damaged: not valid JSON ({e})"
-    if not isinstance(data, dict):
-        return None, f"{path} is not a run's config: expected a JSON object of flag values"
-    return data, None
+        return None, str(e)
 
 
 def policy_problem(lineage: str, policy: int, source: str) -> Optional[str]:

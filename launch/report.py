@@ -29,6 +29,7 @@ from rl_pbt.logging.files import (
     policy_cfg_path,
     policy_shaping_path,
     read_json,
+    read_run_config,
     read_scalars,
     scalars_path,
 )
@@ -238,16 +239,12 @@ def _safe_json(path: str, default: Any = None) -> Any:
 def read_config(exp_dir: str) -> tuple[dict, Optional[str]]:
     """The run's config.json ({} when there is none) and what is wrong with it, if anything."""
     path = os.path.join(exp_dir, "config.json")
+    if not os.path.isfile(path):
+        return {}, None
     try:
-        cfg = read_json(path, {})
-    except OSError as e:
-        return {}, f"{path} is unreadable ({e.strerror})"
+        return read_run_config(path), None
     except ValueError as e:
-        return {}, f"{path} is damaged: not valid JSON ({e})"
-    if not isinstance(cfg, dict):
-        found = "list" if isinstance(cfg, list) else type(cfg).__name__
-        return {}, f"{path} is not a run's config: expected a JSON object, found a JSON {found}"
-    return cfg, None
+        return {}, str(e)
 
 
 # ---------------------------------------------------------------------------- the report

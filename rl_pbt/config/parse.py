@@ -833,11 +833,9 @@ def save_cfg(cfg: Cfg, path: str) -> None:
     atomic_write_json(path, cfg.to_dict())
 
 
-# what a resumed run must share with the run it resumes: its checkpoints hold one network per
-# policy, shaped (and computed) by these
-RESUME_FIXED = (
-    "env",
-    "num_policies",
+# the flags that shape (and compute) a policy's network: a run's config.json must give them to
+# rebuild its models
+MODEL_FLAGS = (
     "use_rnn",
     "rnn_size",
     "encoder_mlp_layers",
@@ -847,6 +845,8 @@ RESUME_FIXED = (
     "normalize_input",
     "normalize_returns",
 )
+# what a resumed run must share with the run it resumes: one such network per policy
+RESUME_FIXED = ("env", "num_policies", *MODEL_FLAGS)
 
 
 def resume_mismatches(cfg: Cfg, saved: dict) -> list[str]:

@@ -53,6 +53,37 @@ def read_json(path: str, default: Any = None) -> Any:
         return json.load(f)
 
 
+def read_run_config(path: str) -> dict:
+    """The flag values in a run's config.json; ValueError (one line naming the file) when it
+    cannot be read, is not JSON, or is not a JSON object."""
+    try:
+        with open(path) as f:
+            data = json.load(f)
+    except OSError as e:
+        raise ValueError(f"{path} is unreadable ({e.strerror or e})") from None
+    except ValueError as e:  # not JSON, or not UTF-8
+        raise ValueError(f"{path} is damaged: not valid JSON ({e})") from None
+    if not isinstance(data, dict):
+        raise ValueError(
+            f"{path} is not a run's config: expected a JSON object of flag values, found a "
+            f"JSON {json_kind(data)}"
+        )
+    return data
+
+
+def json_kind(data: Any) -> str:
+    """The JSON name of a decoded value's type: object, list, string, number, boolean, null."""
+    if isinstance(data, dict):
+        return "object"
+    if isinstance(data, list):
+        return "list"
+    if isinstance(data, str):
+        return "string"
+    if data is None:
+        return "null"
+    return "boolean" if isinstance(data, bool) else "number"
+
+
 def policy_cfg_path(exp_dir: str, policy_id: int) -> str:
     return os.path.join(exp_dir, f"policy_{policy_id:02d}_cfg.json")
 

@@ -5,14 +5,13 @@ Used by launch/enjoy, launch/match and evaluation code.
 
 from __future__ import annotations
 
-import json
 import os
 from typing import Optional
 
 import numpy as np
 import torch
 
-from rl_pbt.config.parse import Cfg
+from rl_pbt.config.parse import MODEL_FLAGS, Cfg
 from rl_pbt.envs.registry import is_known_env, unknown_env_message
 from rl_pbt.learning.checkpoints import (
     CheckpointError,
@@ -20,22 +19,10 @@ from rl_pbt.learning.checkpoints import (
     load_latest_checkpoint,
     read_checkpoint,
 )
-from rl_pbt.logging.files import checkpoint_dir
+from rl_pbt.logging.files import checkpoint_dir, read_run_config
 from rl_pbt.models.action_dist import to_env_action
 from rl_pbt.models.actor_critic import ActorCritic, make_actor_critic
 from rl_pbt.models.obs import obs_to_dict
-
-# what a run's config.json must give to rebuild its model (rl-pbt-train writes them all)
-MODEL_KEYS = (
-    "encoder_conv_architecture",
-    "encoder_conv_mlp_layers",
-    "encoder_mlp_layers",
-    "nonlinearity",
-    "normalize_input",
-    "normalize_returns",
-    "rnn_size",
-    "use_rnn",
-)
 
 
 def experiment_cfg(exp_dir: str, overrides: Optional[dict] = None) -> Cfg:
@@ -45,13 +32,7 @@ def experiment_cfg(exp_dir: str, overrides: Optional[dict] = None) -> Cfg:
     path = os.path.join(exp_dir, "config.json")
     if not os.path.isfile(path):
         raise FileNotFoundError(f"no experiment at {exp_dir} (missing config.json)")
-    try:
-        with open(path) as f:
-            data = json.load(f)
-    except OSError as e:
-        raise ValueError(f"{path} is unreadable ({e.strerror})") from None
-    except ValueError as e:  # not JSON, or not UTF-8
-        raise ValueError(f"{path} is damaged: not valid JSON ({e})") from None
+    data = read_run_config(path)
     problem = cfg_problem(data)
     if problem:
         raise ValueError(f"{path} is not a run's config: {problem}")
@@ -61,30 +42,16 @@ def experiment_cfg(exp_dir: str, overrides: Optional[dict] = None) -> Cfg:
     return cfg
 
 
-def cfg_problem(data) -> Optional[str]:
-    """What is wrong with `data` as the content of a run's config.json, or None."""
-    if not isinstance(data, dict):
-        return f"expected a JSON object of flag values, found a JSON {_json_kind(data)}"
+def cfg_problem(data: dict) -> Optional[str]:
+    """What is wrong with the flag values of a run's config.json (no env, no model), or None."""
     env = data.get("env")
     if not isinstance(env, str) or not env.strip():
         found = "no 'env'" if "env" not in data else f"'env' is {env!r}"
         return f"{found}, expected the name of the env the run trained on"
-    missing = [k for k in MODEL_KEYS if k not in data]
+    missing = [k for k in MODEL_FLAGS if k not in data]
     if missing:
         return f"the model's flags {', '.join(missing)} are missing (rl-pbt-train writes them)"
     return None
-
-
-def _json_kind(data) -> str:
-    if isinstance(data, list):
-        return "list"
-    if isinstance(data, str):
-        return "string"
-    if data is None:
-        return "null"
-    if isinstance(data, bool):
-        return "boolean"
-    return "number"
 
 
 def run_env_problem(exp_dir: str, env_name: str, command: str) -> Optional[str]:

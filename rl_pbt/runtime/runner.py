@@ -7,7 +7,6 @@ happens in RolloutWorker.step() and Learner.train_on().
 
 from __future__ import annotations
 
-import json
 import multiprocessing
 import os
 import pickle
@@ -56,6 +55,7 @@ from rl_pbt.logging.files import (
     experiment_name_problem,
     is_inside,
     read_json,
+    read_run_config,
 )
 from rl_pbt.logging.progress import end_of_run_text
 from rl_pbt.logging.stats import PopulationStats
@@ -218,11 +218,8 @@ def check_resume(cfg: Cfg, config_path: str) -> None:
     """A resumed run has the env, population and network of the run it resumes: else its
     checkpoints cannot load, and the old config would be overwritten by a run that fails."""
     try:
-        with open(config_path) as f:
-            saved = json.load(f)
-        if not isinstance(saved, dict):
-            raise ValueError(f"expected a JSON object, found {type(saved).__name__}")
-    except (OSError, ValueError) as e:
+        saved = read_run_config(config_path)
+    except ValueError as e:
         raise ConfigError(
             f"cannot resume {os.path.dirname(config_path)}: its config.json is unreadable "
             f"({e}); use --restart_behavior=restart (moves the old run aside) or another "
