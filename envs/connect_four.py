@@ -5,8 +5,11 @@ alpha-beta pruning, `alphabeta:depth=N`, default 2).
 The env comes through `PettingZooAECAdapter`: observations are the board seen by the agent
 (84 floats: 6 rows x 7 columns x [its own pieces, the opponent's], row 0 at the top) and the
 legal columns as an action mask; `true_objective` is 1 for a win, 0.5 for a draw, 0 for a loss.
-`connect_four_planes` is the same game with the board as 2 x 6 x 7 float planes and a small
-convolutional encoder (`--encoder_conv_architecture=convnet_board`) by default.
+The model of `connect_four` also sees the board's threats (`ThreatFeatures`, registered as the
+env's observation features; `--obs_features=False` leaves them out): computed from the board,
+not learned, and not part of the observation, so scripted players and `launch.match` see the
+plain board. `connect_four_planes` is the same game with the board as 2 x 6 x 7 float planes
+and a small convolutional encoder (`--encoder_conv_architecture=convnet_board`) by default.
 PettingZoo is imported only when an env is made (`pip install -e ".[pettingzoo]"`).
 """
 
@@ -15,6 +18,8 @@ from __future__ import annotations
 from typing import Optional
 
 import numpy as np
+import torch
+from torch import Tensor, nn
 
 from envs.connect_four_batch import COLS, LINES, ROWS, ConnectFourBatch, game_score
 from envs.pettingzoo_adapter import factory_seed, register_pettingzoo_aec_env
@@ -99,6 +104,51 @@ def negamax(board: np.ndarray, depth: int, alpha: float, beta: float, side: int)
         if alpha >= beta:
             break
     return best if moved else 0.0  # a full board: a draw
+
+
+class ThreatFeatures(nn.Module):
+    """Connect four's observation features: the board of 84 floats (PettingZoo's layout, rows x
+    columns x [own pieces, the opponent's]) -> 6 x 42 0/1 cells, row-major like the board:
+
+    - `own`, `theirs`: empty cells where that side's piece would complete a line of four
+      (whether or not a piece can be dropped there yet);
+    - `playable`: the empty cells a piece dropped now lands on (one per column not full);
+    - `own & playable`: the wins at once; `theirs & playable`: the fours to block at once;
+    - `below theirs`: playable cells right under an opponent's threat (dropping a piece
+      there lets the opponent complete its four on top).
+
+    Facts of the position, with no search: what the network has to learn is which of them
+    matter and how to play around them. No parameters: one module serves every policy.
+    """
+
+    SIZE = 6 * ROWS * COLS
+
+    def __init__(self):
+        super().__init__()
+        incidence = np.zeros((ROWS * COLS, len(LINES)), dtype=np.float32)  # cell in line
+        for line, cells in enumerate(LINES):
+            incidence[cells, line] = 1.0
+        self.register_buffer("incidence", torch.as_tensor(incidence), persistent=False)
+
+    def _threats(self, side: Tensor, empty: Tensor, empty_count: Tensor) -> Tensor:
+        """[N, 42] 0/1: empty cells that complete a line holding three of `side`'s pieces
+        (the line's one empty cell)."""
+        open_three = ((side @ self.incidence == 3) & (empty_count == 1)).to(side)
+        return ((open_three @ self.incidence.T) * empty > 0).to(side)
+
+    def forward(self, x: Tensor) -> Tensor:
+        lead = x.shape[:-1]
+        planes = x.reshape(-1, ROWS * COLS, 2)
+        own, theirs = planes[..., 0], planes[..., 1]
+        empty = 1.0 - own - theirs
+        empty_count = empty @ self.incidence
+        own_t = self._threats(own, empty, empty_count)
+        theirs_t = self._threats(theirs, empty, empty_count)
+        floor = torch.ones_like(own[:, :COLS])  # what is below the bottom row
+        playable = empty * torch.cat([1.0 - empty[:, COLS:], floor], 1)
+        below_theirs = playable * torch.cat([0.0 * floor, theirs_t[:, :-COLS]], 1)
+        out = [own_t, theirs_t, playable, own_t * playable, theirs_t * playable, below_theirs]
+        return torch.cat(out, dim=1).reshape(*lead, self.SIZE)
 
 
 class AlphaBetaPlayer:
@@ -190,6 +240,7 @@ register_pettingzoo_aec_env(
         "learning_rate": 3e-4,
     },
     make_batch_func=make_connect_four_batch,
+    obs_features=ThreatFeatures,
 )
 register_pettingzoo_aec_env(
     "connect_four_planes",

@@ -564,6 +564,15 @@ FLAGS: list[Flag] = [
         group="model",
     ),
     Flag("nonlinearity", str, "elu", "activation", choices=["elu", "relu", "tanh"], group="model"),
+    Flag(
+        "obs_features",
+        bool,
+        True,
+        "append the env's registered observation features (register_env(obs_features=...), "
+        "e.g. connect four's threat cells) to the vector observation; no effect on envs "
+        "without them",
+        group="model",
+    ),
     # --- PBT (Sample Factory names and defaults) ---
     Flag("with_pbt", bool, False, "enable Population Based Training", group="pbt"),
     Flag(

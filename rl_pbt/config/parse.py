@@ -844,7 +844,10 @@ MODEL_FLAGS = (
     "nonlinearity",
     "normalize_input",
     "normalize_returns",
+    "obs_features",
 )
+# model flags added after runs were saved without them: the value that gives those runs' model
+MODEL_FLAGS_ADDED = {"obs_features": False}
 # what a resumed run must share with the run it resumes: one such network per policy
 RESUME_FIXED = ("env", "num_policies", *MODEL_FLAGS)
 
@@ -853,6 +856,7 @@ def resume_mismatches(cfg: Cfg, saved: dict) -> list[str]:
     """The flags of `RESUME_FIXED` whose value differs from the saved config of the run being
     resumed, as "--flag=new (the run has old)"; `rnn_size` only counts with an RNN."""
     out = []
+    saved = {**MODEL_FLAGS_ADDED, **saved}
     for key in RESUME_FIXED:
         if key not in saved or key not in cfg:
             continue

@@ -16,6 +16,8 @@ from rl_pbt.config.flags import Flag
 MakeEnvFunc = Callable[..., Any]  # (full_env_name, cfg, env_config, render_mode=None) -> env
 # (full_env_name, cfg, env_configs: list[dict]) -> BatchedMultiAgentEnv of len(env_configs) copies
 MakeBatchFunc = Callable[..., Any]
+# () -> a torch module without parameters: vector observation [..., D] -> extra features [..., E]
+MakeObsFeatures = Callable[[], Any]
 
 
 @dataclass
@@ -25,6 +27,7 @@ class EnvEntry:
     extra_flags: list[Flag] = field(default_factory=list)
     default_overrides: dict[str, Any] = field(default_factory=dict)
     make_batch: Optional[MakeBatchFunc] = None
+    obs_features: Optional[MakeObsFeatures] = None
 
 
 _REGISTRY: dict[str, EnvEntry] = {}
@@ -38,6 +41,7 @@ def register_env(
     default_overrides: Optional[dict[str, Any]] = None,
     overwrite: bool = True,
     make_batch_func: Optional[MakeBatchFunc] = None,
+    obs_features: Optional[MakeObsFeatures] = None,
 ) -> None:
     """Register `make_env_func(full_env_name, cfg, env_config, render_mode=None)` as `name`.
 
@@ -46,6 +50,12 @@ def register_env(
     unless `overwrite=False`. `make_batch_func(full_env_name, cfg, env_configs)` optionally
     builds all of a worker's copies as one `BatchedMultiAgentEnv` (stepped in one call); each
     copy must behave as `make_env_func` would build it for the same env_config.
+
+    `obs_features()` optionally returns a torch module without parameters that computes extra
+    input features from the raw vector observation (`[..., D]` -> `[..., E]`, e.g. connect
+    four's threat cells); the model appends them to the normalised observation unless
+    `--obs_features=False`. The env's observations stay as they are, so scripted players,
+    `launch.match` and runs trained without the features all share one env.
     """
     if not callable(make_env_func):
         raise TypeError(f"register_env({name!r}): make_env_func must be callable")
@@ -53,8 +63,15 @@ def register_env(
         raise ValueError(f"env {name!r} is already registered")
     if make_batch_func is not None and not callable(make_batch_func):
         raise TypeError(f"register_env({name!r}): make_batch_func must be callable")
+    if obs_features is not None and not callable(obs_features):
+        raise TypeError(f"register_env({name!r}): obs_features must be callable")
     _REGISTRY[name] = EnvEntry(
-        name, make_env_func, list(extra_flags or []), dict(default_overrides or {}), make_batch_func
+        name,
+        make_env_func,
+        list(extra_flags or []),
+        dict(default_overrides or {}),
+        make_batch_func,
+        obs_features,
     )
 
 
@@ -121,6 +138,12 @@ def env_extra_flags(name: str) -> list[Flag]:
     return list(entry.extra_flags) if entry else []
 
 
+def env_obs_features(name: str) -> Optional[MakeObsFeatures]:
+    """The observation-features factory `name` registered, or None."""
+    entry = _REGISTRY.get(name)
+    return entry.obs_features if entry else None
+
+
 def env_default_overrides(name: str) -> dict[str, Any]:
     entry = _REGISTRY.get(name)
     return dict(entry.default_overrides) if entry else {}
@@ -131,7 +154,10 @@ def registry_snapshot(names: Optional[list[str]] = None) -> dict[str, EnvEntry]:
     user registered in a script exist there. Flags and defaults stay behind: children never
     parse flags, and a flag's check may be a lambda that spawn/forkserver cannot pickle."""
     keep = _REGISTRY if names is None else {n: _REGISTRY[n] for n in names if n in _REGISTRY}
-    return {n: EnvEntry(n, e.make_env, make_batch=e.make_batch) for n, e in keep.items()}
+    return {
+        n: EnvEntry(n, e.make_env, make_batch=e.make_batch, obs_features=e.obs_features)
+        for n, e in keep.items()
+    }
 
 
 def restore_registry(snapshot: dict[str, EnvEntry]) -> None:

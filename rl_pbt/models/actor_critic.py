@@ -1,5 +1,9 @@
 """Actor-critic: per-key encoders (conv for images, MLP for vectors), optional GRU, heads.
 
+An env may register observation features (`register_env(obs_features=...)`): a module without
+parameters whose output, computed from the raw vector observation, is appended to the
+normalised observation before its MLP encoder (`--obs_features`, on by default).
+
 Used by rollout workers (one step, `act`) and by the learner (whole trajectories,
 `evaluate`). Observation and return normalisers are buffers, published with the weights.
 The learner runs the GRU over whole sequences (cuDNN's sequence kernel on CUDA): each
@@ -18,6 +22,7 @@ import torch
 from torch import Tensor, nn
 from torch.nn.utils.rnn import PackedSequence
 
+from rl_pbt.envs.registry import env_obs_features
 from rl_pbt.models.action_dist import ActionDistribution, action_spec
 from rl_pbt.models.normalizer import RunningMeanStd
 from rl_pbt.models.obs import obs_spec
@@ -187,12 +192,14 @@ class ActorCritic(nn.Module):
                 f"the observation has only {self.mask_key!r}: give the game state under "
                 "another key (PettingZoo's: 'observation')"
             )
+        self.features_key, self.obs_features = self._obs_features(cfg)
         for key in self.feature_keys:
             shape = self.obs_spec.shape(key)
             if len(shape) == 3:
                 net, out = conv_encoder(shape, cfg.encoder_conv_architecture, act)
             elif len(shape) == 1:
-                net, out = mlp(shape[0], list(cfg.encoder_mlp_layers), act)
+                extra = self.features_size if key == self.features_key else 0
+                net, out = mlp(shape[0] + extra, list(cfg.encoder_mlp_layers), act)
                 if self.normalize_input:
                     self.obs_norms[key] = RunningMeanStd(shape)
             else:
@@ -222,6 +229,37 @@ class ActorCritic(nn.Module):
         nn.init.orthogonal_(self.policy_head.weight, gain=0.01)
         nn.init.zeros_(self.policy_head.bias)
 
+    def _obs_features(self, cfg) -> tuple[Optional[str], Optional[nn.Module]]:
+        """(the vector key, the module) of the env's observation features; (None, None)
+        without them or with `--obs_features=False`."""
+        env = getattr(cfg, "env", None)
+        make = env_obs_features(env) if env and getattr(cfg, "obs_features", False) else None
+        if make is None:
+            return None, None
+        vectors = [k for k in self.feature_keys if len(self.obs_spec.shape(k)) == 1]
+        key = "observation" if "observation" in vectors else vectors[0] if vectors else None
+        if key is None or (len(vectors) > 1 and key != "observation"):
+            raise ValueError(
+                f"env {env!r}: its observation features need one vector observation (or the "
+                f"key 'observation'), found {vectors or 'none'}; or run with --obs_features=False"
+            )
+        module = make()
+        if not isinstance(module, nn.Module) or any(True for _ in module.parameters()):
+            raise ValueError(
+                f"env {env!r}: obs_features() must return a torch module without parameters "
+                f"(features are computed, not learned; put learned layers in the encoder)"
+            )
+        dim = self.obs_spec.shape(key)[0]
+        with torch.no_grad():
+            out = module(torch.zeros(1, dim))
+        if out.dim() != 2 or out.shape[0] != 1:
+            raise ValueError(
+                f"env {env!r}: obs_features() maps [N, {dim}] to {tuple(out.shape)} for N=1, "
+                f"expected [N, E]"
+            )
+        self.features_size = int(out.shape[1])
+        return key, module
+
     # --- pieces -------------------------------------------------------------------------
     def encode(self, obs: dict[str, Tensor]) -> Tensor:
         feats = []
@@ -230,9 +268,11 @@ class ActorCritic(nn.Module):
             if self.obs_spec.is_image(key):  # pixels 0..255 to 0..1; float planes as given
                 x = x.float() * (1.0 / 255.0) if x.dtype == torch.uint8 else x.float()
             else:
-                x = x.float()
+                x = raw = x.float()
                 if key in self.obs_norms:
                     x = self.obs_norms[key].normalize(x)
+                if key == self.features_key:
+                    x = torch.cat([x, self.obs_features(raw)], dim=-1)
             feats.append(self.encoders[key](x))
         return self.post(torch.cat(feats, dim=-1) if len(feats) > 1 else feats[0])
 

@@ -66,6 +66,7 @@ def _layout(model: ActorCritic) -> tuple:
         model.normalize_input,
         model.normalize_returns,
         tuple(model.obs_norms.keys()),
+        type(model.obs_features),
     )
 
 
@@ -131,6 +132,8 @@ class FusedPopulationPolicy:
             return False
         if any(len(shape) != 1 for shape in model.obs_spec.shapes):
             return False
+        if model.obs_features is not None and len(model.feature_keys) != 1:
+            return False  # observation features: one vector key only
         layers = _layout(model)[2]
         if any(p is None for p in layers):
             return False
@@ -151,6 +154,9 @@ class FusedPopulationPolicy:
         self.mask_key = template.mask_key
         self.dims = [spec.shape(k)[0] for k in self.keys]
         self.in_dim = sum(self.dims)
+        # the env's observation features (no parameters: one module serves every row)
+        self.features = template.obs_features
+        self.features_size = template.features_size if self.features is not None else 0
         self.act_spec = template.act_spec
         self.normalize_input = template.normalize_input
         self.normalize_returns = template.normalize_returns
@@ -161,11 +167,11 @@ class FusedPopulationPolicy:
         self._split = num_keys > 1 and num_keys * max(self.widths, default=0) > (
             self.block_diag_max_width
         )
-        feat = num_keys * self.widths[-1] if self.widths else self.in_dim
+        feat = num_keys * self.widths[-1] if self.widths else self.in_dim + self.features_size
 
         r, d = num_rows, self.in_dim
         layers: list[list[tuple[Tensor, Tensor]]] = []
-        in_sizes = self.dims
+        in_sizes = [n + self.features_size for n in self.dims]  # one key when features
         for width in self.widths:
             if self._split:
                 parts = [(torch.zeros(r, n, width), torch.zeros(r, 1, width)) for n in in_sizes]
@@ -352,11 +358,15 @@ class FusedPopulationPolicy:
             x = torch.cat([obs[k] for k in self.keys], dim=-1)
         if x.dtype != torch.float32:
             x = x.float()
+        extra = self.features(x) if self.features is not None else None
         if plan.gather is not None:
             x = x.index_select(0, plan.gather)
+            extra = None if extra is None else extra.index_select(0, plan.gather)
         x = x.reshape(-1, plan.n_max, self.in_dim)
         if w.norm_mean is not None:
             x = torch.sub(x, w.norm_mean).div_(w.norm_std).clamp_(w.norm_lo, w.norm_hi)
+        if extra is not None:
+            x = torch.cat([x, extra.reshape(-1, plan.n_max, self.features_size)], dim=-1)
 
         act = self._act
         if self._split:

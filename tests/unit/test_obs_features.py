@@ -1,0 +1,195 @@
+"""Observation features an env registers (`register_env(obs_features=...)`): connect four's
+threat cells against a NumPy reference, the model that appends them to the normalised
+observation, the fused rollout-worker pass that must give the same actions, and the checks on
+a user's module and on runs saved before the flag existed."""
+
+from __future__ import annotations
+
+import json
+
+import gymnasium as gym
+import numpy as np
+import pytest
+import torch
+from torch import nn
+
+import envs  # noqa: F401  (registers connect_four)
+from envs.connect_four import ThreatFeatures, drop_row, wins
+from envs.connect_four_batch import COLS, ROWS, ConnectFourBatch
+from rl_pbt import parse_cfg
+from rl_pbt.config.parse import Cfg, resume_mismatches
+from rl_pbt.envs import registry
+from rl_pbt.envs.registry import register_env, registry_snapshot
+from rl_pbt.models.actor_critic import make_actor_critic
+from rl_pbt.models.loading import experiment_cfg
+from rl_pbt.sampling.fused_inference import FusedPopulationPolicy
+
+CELLS = ROWS * COLS
+
+
+def reference_planes(board: np.ndarray) -> np.ndarray:
+    """The six planes of `ThreatFeatures` cell by cell, by trying each piece on a copy of the
+    board (+1 the observer, -1 the opponent)."""
+    out = np.zeros((6, CELLS), dtype=np.float32)
+    playable = {drop_row(board, c) * COLS + c for c in range(COLS) if drop_row(board, c) >= 0}
+    for cell in range(CELLS):
+        if board[cell] != 0:
+            continue
+        for plane, side in ((0, 1), (1, -1)):
+            trial = board.copy()
+            trial[cell] = side
+            out[plane, cell] = wins(trial, cell, side)
+        out[2, cell] = cell in playable
+    out[3] = out[0] * out[2]
+    out[4] = out[1] * out[2]
+    for cell in playable:  # the opponent's threat right above a playable cell
+        out[5, cell] = cell >= COLS and out[1, cell - COLS] == 1
+    return out
+
+
+def random_game_observations(games: int, seed: int) -> np.ndarray:
+    """The mover's observation (84 floats) before every move of `games` random games."""
+    env = ConnectFourBatch([seed])
+    obs, _ = env.reset_copy(0)
+    rng = np.random.default_rng(seed)
+    seen, done = [], 0
+    while done < games:
+        mover = int(env.mover[0])
+        seen.append(obs[mover]["observation"])
+        col = rng.choice(np.flatnonzero(env.heights[0] < ROWS))
+        actions = np.zeros((1, 2), dtype=np.int64)
+        actions[0, mover] = col
+        step_obs, _, term, _, _ = env.step(actions)
+        obs = step_obs[0]
+        done += int(term[0])
+    return np.stack(seen)
+
+
+def board_of(obs: np.ndarray) -> np.ndarray:
+    planes = obs.reshape(ROWS, COLS, 2)
+    return (planes[..., 0] - planes[..., 1]).astype(np.int8).reshape(-1)
+
+
+def test_threat_cells_match_trying_every_piece_on_the_board():
+    obs = random_game_observations(300, seed=4)
+    got = ThreatFeatures()(torch.as_tensor(obs)).numpy().reshape(len(obs), 6, CELLS)
+    counts = np.zeros(6)
+    for x, planes in zip(obs, got):
+        want = reference_planes(board_of(x))
+        np.testing.assert_array_equal(planes, want)
+        counts += want.sum(axis=1)
+    assert len(obs) > 300 * 7
+    assert (counts > 0).all(), counts  # every plane is set somewhere in these games
+    # leading dimensions are kept: [T, B, 84] -> [T, B, 252]
+    stacked = torch.as_tensor(obs[:12]).reshape(3, 4, 84)
+    assert ThreatFeatures()(stacked).shape == (3, 4, ThreatFeatures.SIZE)
+
+
+def c4_cfg(*extra: str) -> Cfg:
+    return parse_cfg(["--env=connect_four", "--encoder_mlp_layers", "32", *extra])
+
+
+def c4_spaces():
+    env = ConnectFourBatch([0])
+    return env.observation_space, env.action_space
+
+
+def test_the_model_appends_the_features_of_the_raw_board_to_the_normalised_one():
+    obs_space, action_space = c4_spaces()
+    model = make_actor_critic(obs_space, action_space, c4_cfg())
+    plain = make_actor_critic(obs_space, action_space, c4_cfg("--obs_features=False"))
+    assert model.encoders["observation"][0].in_features == 84 + ThreatFeatures.SIZE
+    assert plain.encoders["observation"][0].in_features == 84 and plain.obs_features is None
+    # no weights of its own: the checkpoint holds what a model without features would, but
+    # a wider first layer
+    assert set(model.state_dict()) == set(plain.state_dict())
+    norm = model.obs_norms["observation"]
+    with torch.no_grad():  # statistics far from the identity: features of normalised input
+        norm.mean.fill_(0.4)  # would be wrong
+        norm.var.fill_(0.2)
+    x = torch.as_tensor(random_game_observations(5, seed=1)[-20:])
+    manual = model.encoders["observation"](
+        torch.cat([norm.normalize(x), ThreatFeatures()(x)], dim=-1)
+    )
+    mask = torch.ones(len(x), COLS, dtype=torch.int8)
+    torch.testing.assert_close(model.encode({"observation": x, "action_mask": mask}), manual)
+
+
+def test_the_fused_worker_pass_gives_the_models_actions_with_features():
+    obs_space, action_space = c4_spaces()
+    cfg = c4_cfg("--encoder_mlp_layers", "32", "16")
+    gen = torch.Generator().manual_seed(0)
+    models = []
+    for _ in range(3):
+        model = make_actor_critic(obs_space, action_space, cfg)
+        with torch.no_grad():
+            for p in model.parameters():
+                p.copy_(torch.randn(p.shape, generator=gen) * 0.5)
+            model.obs_norms["observation"].mean.uniform_(0.0, 0.5)
+        models.append(model)
+    assert FusedPopulationPolicy.supported(models[0])
+    fused = FusedPopulationPolicy(models[0], 3)
+    for row, model in enumerate(models):
+        fused.load(row, model)
+    x = torch.as_tensor(random_game_observations(4, seed=2)[:30])
+    mask = torch.as_tensor(np.stack([board_of(o)[:COLS] == 0 for o in x.numpy()])).to(torch.int8)
+    rows = np.arange(30) % 3
+    obs = {"observation": x, "action_mask": mask}
+    actions, log_probs, values = fused.act(obs, rows, deterministic=True)
+    for row in range(3):
+        idx = torch.as_tensor(np.flatnonzero(rows == row))
+        sub = {k: v[idx] for k, v in obs.items()}
+        ref_a, ref_lp, ref_v, _ = models[row].act(sub, None, deterministic=True)
+        torch.testing.assert_close(actions[idx], ref_a)
+        torch.testing.assert_close(log_probs[idx], ref_lp, rtol=1e-5, atol=1e-5)
+        torch.testing.assert_close(values[idx], ref_v, rtol=1e-5, atol=1e-5)
+
+
+class _Learned(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.w = nn.Linear(4, 2)
+
+    def forward(self, x):
+        return self.w(x)
+
+
+class _Flat(nn.Module):
+    def forward(self, x):
+        return x.sum()
+
+
+def _make_cartpole(full_env_name, cfg, env_config, render_mode=None):
+    return gym.make("CartPole-v1")
+
+
+@pytest.mark.parametrize(
+    "module, words",
+    [(_Learned, ["'features_test'", "without parameters"]), (_Flat, ["[N, E]", "[N, 4]"])],
+)
+def test_a_features_module_that_learns_or_has_the_wrong_shape_is_refused(
+    module, words, monkeypatch
+):
+    monkeypatch.setattr(registry, "_REGISTRY", dict(registry._REGISTRY))  # undone after
+    register_env("features_test", _make_cartpole, obs_features=module)
+    cfg = parse_cfg(["--env=features_test", "--encoder_mlp_layers", "8"])
+    env = gym.make("CartPole-v1")
+    with pytest.raises(ValueError) as e:
+        make_actor_critic(env.observation_space, env.action_space, cfg)
+    for word in words:
+        assert word in str(e.value), str(e.value)
+    with pytest.raises(TypeError, match="obs_features must be callable"):
+        register_env("features_test", _make_cartpole, obs_features=3)
+
+
+def test_the_features_reach_child_processes_with_the_registry():
+    assert registry_snapshot(["connect_four"])["connect_four"].obs_features is ThreatFeatures
+
+
+def test_a_run_saved_before_the_flag_existed_loads_and_resumes_without_features(tmp_path):
+    saved = c4_cfg("--obs_features=False").to_dict()
+    del saved["obs_features"]
+    (tmp_path / "config.json").write_text(json.dumps(saved))
+    assert experiment_cfg(str(tmp_path)).obs_features is False
+    assert resume_mismatches(c4_cfg(), saved) == ["--obs_features=True (the run has False)"]
+    assert resume_mismatches(c4_cfg("--obs_features=False"), saved) == []
