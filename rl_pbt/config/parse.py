@@ -854,13 +854,18 @@ RESUME_FIXED = ("env", "num_policies", *MODEL_FLAGS)
 
 def resume_mismatches(cfg: Cfg, saved: dict) -> list[str]:
     """The flags of `RESUME_FIXED` whose value differs from the saved config of the run being
-    resumed, as "--flag=new (the run has old)"; `rnn_size` only counts with an RNN."""
+    resumed, as "--flag=new (the run has old)"; `rnn_size` only counts with an RNN, and
+    `obs_features` only for an env that registers observation features."""
+    from rl_pbt.envs.registry import env_obs_features  # avoid cycle
+
     out = []
     saved = {**MODEL_FLAGS_ADDED, **saved}
     for key in RESUME_FIXED:
         if key not in saved or key not in cfg:
             continue
         if key == "rnn_size" and not (cfg.use_rnn or saved.get("use_rnn")):
+            continue
+        if key == "obs_features" and env_obs_features(getattr(cfg, "env", None)) is None:
             continue
         new, old = getattr(cfg, key), saved[key]
         if isinstance(new, (list, tuple)) and isinstance(old, (list, tuple)):

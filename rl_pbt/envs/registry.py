@@ -163,7 +163,10 @@ def registry_snapshot(names: Optional[list[str]] = None) -> dict[str, EnvEntry]:
 def restore_registry(snapshot: dict[str, EnvEntry]) -> None:
     for name, entry in snapshot.items():
         known = _REGISTRY.get(name)
-        if known is None or known.make_env is not entry.make_env:
+        if known is None or any(
+            getattr(known, f) is not getattr(entry, f)
+            for f in ("make_env", "make_batch", "obs_features")
+        ):
             _REGISTRY[name] = entry
 
 

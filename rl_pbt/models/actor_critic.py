@@ -192,6 +192,7 @@ class ActorCritic(nn.Module):
                 f"the observation has only {self.mask_key!r}: give the game state under "
                 "another key (PettingZoo's: 'observation')"
             )
+        self.features_size = 0
         self.features_key, self.obs_features = self._obs_features(cfg)
         for key in self.feature_keys:
             shape = self.obs_spec.shape(key)
@@ -244,18 +245,29 @@ class ActorCritic(nn.Module):
                 f"key 'observation'), found {vectors or 'none'}; or run with --obs_features=False"
             )
         module = make()
-        if not isinstance(module, nn.Module) or any(True for _ in module.parameters()):
+        if not isinstance(module, nn.Module) or module.state_dict():
             raise ValueError(
                 f"env {env!r}: obs_features() must return a torch module without parameters "
-                f"(features are computed, not learned; put learned layers in the encoder)"
+                f"or saved buffers (features are computed, not learned: put learned layers "
+                f"in the encoder, constants in buffers with persistent=False)"
             )
         dim = self.obs_spec.shape(key)[0]
-        with torch.no_grad():
-            out = module(torch.zeros(1, dim))
-        if out.dim() != 2 or out.shape[0] != 1:
+        try:
+            with torch.no_grad():
+                out = module(torch.zeros(1, dim))
+        except Exception as e:  # a module written for another observation
             raise ValueError(
-                f"env {env!r}: obs_features() maps [N, {dim}] to {tuple(out.shape)} for N=1, "
-                f"expected [N, E]"
+                f"env {env!r}: its obs_features() fails on the observation {key!r} of size "
+                f"{dim} ({type(e).__name__}: {e}); or run with --obs_features=False"
+            ) from None
+        if not isinstance(out, Tensor) or out.dim() != 2 or out.shape[0] != 1:
+            shape = tuple(out.shape) if isinstance(out, Tensor) else type(out).__name__
+            raise ValueError(
+                f"env {env!r}: obs_features() maps [N, {dim}] to {shape} for N=1, expected [N, E]"
+            )
+        if out.dtype != torch.float32:
+            raise ValueError(
+                f"env {env!r}: obs_features() gives {out.dtype} for float32 input, expected float32"
             )
         self.features_size = int(out.shape[1])
         return key, module

@@ -83,7 +83,12 @@ def check_picklable_registry(registry: dict[str, EnvEntry], env_name: str, metho
     entry = registry.get(env_name)
     if entry is None:
         return
-    for what, fn in (("make_env_func", entry.make_env), ("make_batch_func", entry.make_batch)):
+    factories = (
+        ("make_env_func", entry.make_env),
+        ("make_batch_func", entry.make_batch),
+        ("obs_features", entry.obs_features),
+    )
+    for what, fn in factories:
         if fn is None:
             continue
         try:

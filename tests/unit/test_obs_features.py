@@ -6,6 +6,7 @@ a user's module and on runs saved before the flag existed."""
 from __future__ import annotations
 
 import json
+import pickle
 
 import gymnasium as gym
 import numpy as np
@@ -17,11 +18,12 @@ import envs  # noqa: F401  (registers connect_four)
 from envs.connect_four import ThreatFeatures, drop_row, wins
 from envs.connect_four_batch import COLS, ROWS, ConnectFourBatch
 from rl_pbt import parse_cfg
-from rl_pbt.config.parse import Cfg, resume_mismatches
+from rl_pbt.config.parse import Cfg, ConfigError, resume_mismatches
 from rl_pbt.envs import registry
-from rl_pbt.envs.registry import register_env, registry_snapshot
+from rl_pbt.envs.registry import register_env, registry_snapshot, restore_registry
 from rl_pbt.models.actor_critic import make_actor_critic
 from rl_pbt.models.loading import experiment_cfg
+from rl_pbt.runtime.processes import check_picklable_registry
 from rl_pbt.sampling.fused_inference import FusedPopulationPolicy
 
 CELLS = ROWS * COLS
@@ -159,13 +161,38 @@ class _Flat(nn.Module):
         return x.sum()
 
 
+class _Saved(nn.Module):  # a saved buffer would add a key to every checkpoint
+    def __init__(self):
+        super().__init__()
+        self.register_buffer("scale", torch.ones(4))
+
+    def forward(self, x):
+        return x * self.scale
+
+
+class _OtherSize(nn.Module):  # written for a board, given CartPole's 4 floats
+    def forward(self, x):
+        return x.reshape(-1, 42, 2).sum(-1)
+
+
+class _Double(nn.Module):
+    def forward(self, x):
+        return x.double()
+
+
 def _make_cartpole(full_env_name, cfg, env_config, render_mode=None):
     return gym.make("CartPole-v1")
 
 
 @pytest.mark.parametrize(
     "module, words",
-    [(_Learned, ["'features_test'", "without parameters"]), (_Flat, ["[N, E]", "[N, 4]"])],
+    [
+        (_Learned, ["'features_test'", "without parameters"]),
+        (_Saved, ["'features_test'", "saved buffers", "persistent=False"]),
+        (_Flat, ["[N, E]", "[N, 4]"]),
+        (_OtherSize, ["'features_test'", "fails on the observation", "size 4", "RuntimeError"]),
+        (_Double, ["torch.float64", "expected float32"]),
+    ],
 )
 def test_a_features_module_that_learns_or_has_the_wrong_shape_is_refused(
     module, words, monkeypatch
@@ -182,8 +209,19 @@ def test_a_features_module_that_learns_or_has_the_wrong_shape_is_refused(
         register_env("features_test", _make_cartpole, obs_features=3)
 
 
-def test_the_features_reach_child_processes_with_the_registry():
-    assert registry_snapshot(["connect_four"])["connect_four"].obs_features is ThreatFeatures
+def test_the_features_reach_child_processes_with_the_registry(monkeypatch):
+    snapshot = registry_snapshot(["connect_four"])
+    assert snapshot["connect_four"].obs_features is ThreatFeatures
+    # what a spawned child gets: the factory pickles, and restoring puts it back
+    restored = pickle.loads(pickle.dumps(snapshot))
+    monkeypatch.setattr(registry, "_REGISTRY", {})
+    restore_registry(restored)
+    assert registry.env_obs_features("connect_four") is ThreatFeatures
+    # a factory that cannot travel is named before any child starts
+    monkeypatch.setattr(registry, "_REGISTRY", {})
+    register_env("features_test", _make_cartpole, obs_features=lambda: _Flat())
+    with pytest.raises(ConfigError, match="its obs_features .*lambda.* cannot be sent"):
+        check_picklable_registry(registry_snapshot(), "features_test", "spawn")
 
 
 def test_a_run_saved_before_the_flag_existed_loads_and_resumes_without_features(tmp_path):
@@ -193,3 +231,7 @@ def test_a_run_saved_before_the_flag_existed_loads_and_resumes_without_features(
     assert experiment_cfg(str(tmp_path)).obs_features is False
     assert resume_mismatches(c4_cfg(), saved) == ["--obs_features=True (the run has False)"]
     assert resume_mismatches(c4_cfg("--obs_features=False"), saved) == []
+    # an env without features: the flag changes no model, so an old run resumes as it is
+    cartpole = parse_cfg(["--env=CartPole-v1"]).to_dict()
+    del cartpole["obs_features"]
+    assert resume_mismatches(parse_cfg(["--env=CartPole-v1"]), cartpole) == []
