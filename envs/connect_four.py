@@ -146,7 +146,7 @@ class ThreatFeatures(nn.Module):
         theirs_t = self._threats(theirs, empty, empty_count)
         floor = torch.ones_like(own[:, :COLS])  # what is below the bottom row
         playable = empty * torch.cat([1.0 - empty[:, COLS:], floor], 1)
-        below_theirs = playable * torch.cat([0.0 * floor, theirs_t[:, :-COLS]], 1)
+        below_theirs = playable * torch.cat([torch.zeros_like(floor), theirs_t[:, :-COLS]], 1)
         out = [own_t, theirs_t, playable, own_t * playable, theirs_t * playable, below_theirs]
         return torch.cat(out, dim=1).reshape(*lead, self.SIZE)
 

@@ -6,6 +6,7 @@ spawned processes can re-create envs; `envs/` integrations register themselves o
 
 from __future__ import annotations
 
+import dataclasses
 import difflib
 import importlib.util
 from dataclasses import dataclass, field
@@ -31,6 +32,8 @@ class EnvEntry:
 
 
 _REGISTRY: dict[str, EnvEntry] = {}
+# the fields of an entry that children need: what builds envs and models
+_FACTORIES = ("make_env", "make_batch", "obs_features")
 
 
 def register_env(
@@ -155,18 +158,14 @@ def registry_snapshot(names: Optional[list[str]] = None) -> dict[str, EnvEntry]:
     parse flags, and a flag's check may be a lambda that spawn/forkserver cannot pickle."""
     keep = _REGISTRY if names is None else {n: _REGISTRY[n] for n in names if n in _REGISTRY}
     return {
-        n: EnvEntry(n, e.make_env, make_batch=e.make_batch, obs_features=e.obs_features)
-        for n, e in keep.items()
+        n: dataclasses.replace(e, extra_flags=[], default_overrides={}) for n, e in keep.items()
     }
 
 
 def restore_registry(snapshot: dict[str, EnvEntry]) -> None:
     for name, entry in snapshot.items():
         known = _REGISTRY.get(name)
-        if known is None or any(
-            getattr(known, f) is not getattr(entry, f)
-            for f in ("make_env", "make_batch", "obs_features")
-        ):
+        if known is None or any(getattr(known, f) is not getattr(entry, f) for f in _FACTORIES):
             _REGISTRY[name] = entry
 
 

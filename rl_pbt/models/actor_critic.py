@@ -192,8 +192,7 @@ class ActorCritic(nn.Module):
                 f"the observation has only {self.mask_key!r}: give the game state under "
                 "another key (PettingZoo's: 'observation')"
             )
-        self.features_size = 0
-        self.features_key, self.obs_features = self._obs_features(cfg)
+        self.features_key, self.obs_features, self.features_size = self._obs_features(cfg)
         for key in self.feature_keys:
             shape = self.obs_spec.shape(key)
             if len(shape) == 3:
@@ -230,13 +229,13 @@ class ActorCritic(nn.Module):
         nn.init.orthogonal_(self.policy_head.weight, gain=0.01)
         nn.init.zeros_(self.policy_head.bias)
 
-    def _obs_features(self, cfg) -> tuple[Optional[str], Optional[nn.Module]]:
-        """(the vector key, the module) of the env's observation features; (None, None)
-        without them or with `--obs_features=False`."""
+    def _obs_features(self, cfg) -> tuple[Optional[str], Optional[nn.Module], int]:
+        """(the vector key, the module, its output size) of the env's observation features;
+        (None, None, 0) without them or with `--obs_features=False`."""
         env = getattr(cfg, "env", None)
         make = env_obs_features(env) if env and getattr(cfg, "obs_features", False) else None
         if make is None:
-            return None, None
+            return None, None, 0
         vectors = [k for k in self.feature_keys if len(self.obs_spec.shape(k)) == 1]
         key = "observation" if "observation" in vectors else vectors[0] if vectors else None
         if key is None or (len(vectors) > 1 and key != "observation"):
@@ -269,8 +268,7 @@ class ActorCritic(nn.Module):
             raise ValueError(
                 f"env {env!r}: obs_features() gives {out.dtype} for float32 input, expected float32"
             )
-        self.features_size = int(out.shape[1])
-        return key, module
+        return key, module, int(out.shape[1])
 
     # --- pieces -------------------------------------------------------------------------
     def encode(self, obs: dict[str, Tensor]) -> Tensor:

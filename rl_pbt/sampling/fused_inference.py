@@ -156,7 +156,7 @@ class FusedPopulationPolicy:
         self.in_dim = sum(self.dims)
         # the env's observation features (no parameters: one module serves every row)
         self.features = template.obs_features
-        self.features_size = template.features_size if self.features is not None else 0
+        self.features_size = template.features_size
         self.act_spec = template.act_spec
         self.normalize_input = template.normalize_input
         self.normalize_returns = template.normalize_returns
