@@ -137,7 +137,10 @@ class ThreatFeatures(nn.Module):
         return ((open_three @ self.incidence.T) * empty > 0).to(side)
 
     def forward(self, x: Tensor) -> Tensor:
-        lead = x.shape[:-1]
+        return self.threat_planes(x.reshape(-1, ROWS * COLS * 2)).reshape(*x.shape[:-1], self.SIZE)
+
+    def threat_planes(self, x: Tensor) -> Tensor:
+        """[N, 84] boards -> [N, 6 * 42] planes."""
         planes = x.reshape(-1, ROWS * COLS, 2)
         own, theirs = planes[..., 0], planes[..., 1]
         empty = 1.0 - own - theirs
@@ -148,7 +151,82 @@ class ThreatFeatures(nn.Module):
         playable = empty * torch.cat([1.0 - empty[:, COLS:], floor], 1)
         below_theirs = playable * torch.cat([torch.zeros_like(floor), theirs_t[:, :-COLS]], 1)
         out = [own_t, theirs_t, playable, own_t * playable, theirs_t * playable, below_theirs]
-        return torch.cat(out, dim=1).reshape(*lead, self.SIZE)
+        return torch.cat(out, dim=1)
+
+
+# Bitboards for `LookaheadFeatures`: column c holds bits c * H .. c * H + 5, bottom row first,
+# and one bit on top that is never set, so that shifts cannot carry a line into the next column.
+H = ROWS + 1
+BOTTOM = sum(1 << (c * H) for c in range(COLS))
+BOARD = BOTTOM * ((1 << ROWS) - 1)  # the 42 cells
+COLUMN_BITS = [((1 << ROWS) - 1) << (c * H) for c in range(COLS)]
+CELL_BITS = [(i % COLS) * H + (ROWS - 1 - i // COLS) for i in range(ROWS * COLS)]  # row 0 on top
+
+
+def four_cells(side: Tensor, empty: Tensor) -> Tensor:
+    """Bitboards: the cells of `empty` where a piece of `side` completes a line of four."""
+    out = (side << 1) & (side << 2) & (side << 3)  # on top of three in a column
+    for s in (H, H - 1, H + 1):  # a row and the two diagonals: the missing piece at any place
+        two_before = (side >> s) & (side >> 2 * s)
+        two_after = (side << s) & (side << 2 * s)
+        out = out | (two_after & ((side << 3 * s) | (side >> s)))
+        out = out | (two_before & ((side << s) | (side >> 3 * s)))
+    return out & empty
+
+
+def wins_in_two(side: Tensor, filled: Tensor) -> Tensor:
+    """Bool: `side`, to move, will complete a four within its next two moves whatever the
+    opponent does: two playable cells complete one, or one does with another such cell right
+    above it. `filled` holds both sides' pieces."""
+    fours = four_cells(side, BOARD & ~filled)
+    now = fours & ((filled + BOTTOM) & BOARD)
+    return ((now & (now - 1)) != 0) | ((now & (fours >> 1)) != 0)
+
+
+def wins_now(side: Tensor, filled: Tensor) -> Tensor:
+    """Bool: `side`, to move, completes a four at once."""
+    return (four_cells(side, BOARD & ~filled) & (filled + BOTTOM)) != 0
+
+
+class LookaheadFeatures(ThreatFeatures):
+    """Connect four's observation features: the 6 x 42 cells of `ThreatFeatures`, then 4 x 7
+    facts about each column (0 for a full column), one move ahead:
+
+    - `fork`: a piece of mine dropped there leaves me a four to complete whatever the reply
+      (two at once, or one right under another);
+    - `their fork`: the same for the opponent's piece;
+    - `unsafe`: after my piece there, the opponent completes a four at once or has a `fork`;
+    - `unsafe for them`: after their piece there, I do.
+
+    What each side can force within its next move, found by trying every column (and every
+    reply for the last two) on bitboards: no search beyond that. The network still has to
+    learn which facts matter and how to steer the game between them.
+    """
+
+    SIZE = ThreatFeatures.SIZE + 4 * COLS
+
+    def __init__(self):
+        super().__init__()
+        bits = torch.tensor([1 << b for b in CELL_BITS], dtype=torch.int64)
+        self.register_buffer("cell_bits", bits, persistent=False)
+        self.register_buffer("columns", torch.tensor(COLUMN_BITS), persistent=False)
+
+    def forward(self, x: Tensor) -> Tensor:
+        lead = x.shape[:-1]
+        x = x.reshape(-1, ROWS * COLS * 2)
+        pieces = x.reshape(-1, ROWS * COLS, 2).long() * self.cell_bits[:, None]
+        sides = pieces.sum(1)  # [N, 2] bitboards: own, the opponent's
+        filled = sides[:, 0] | sides[:, 1]
+        drop = ((filled + BOTTOM) & BOARD)[:, None] & self.columns  # [N, 7] the cell of each column
+        after = (filled[:, None] | drop)[:, None]  # [N, 1, 7]
+        reply = ((after + BOTTOM) & BOARD)[..., None] & self.columns  # [N, 1, 7, 7]
+        other = sides.flip(1)[..., None]  # [N, 2, 1]: who replies to each side's drop
+        fork = wins_in_two(sides[..., None] | drop[:, None], after)  # [N, 2, 7]
+        reply_wins = wins_in_two(other[..., None] | reply, after[..., None] | reply) & (reply != 0)
+        unsafe = wins_now(other, after) | reply_wins.any(-1)  # [N, 2, 7]
+        facts = torch.cat([fork, unsafe], dim=1) & (drop != 0)[:, None]
+        out = torch.cat([self.threat_planes(x), facts.reshape(-1, 4 * COLS).to(x.dtype)], dim=-1)
+        return out.reshape(*lead, self.SIZE)
 
 
 class AlphaBetaPlayer:
@@ -240,7 +318,7 @@ register_pettingzoo_aec_env(
         "learning_rate": 3e-4,
     },
     make_batch_func=make_connect_four_batch,
-    obs_features=ThreatFeatures,
+    obs_features=LookaheadFeatures,
 )
 register_pettingzoo_aec_env(
     "connect_four_planes",

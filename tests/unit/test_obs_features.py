@@ -15,7 +15,13 @@ import torch
 from torch import nn
 
 import envs  # noqa: F401  (registers connect_four)
-from envs.connect_four import ThreatFeatures, drop_row, wins
+from envs.connect_four import (
+    LookaheadFeatures,
+    ThreatFeatures,
+    drop_row,
+    winning_columns,
+    wins,
+)
 from envs.connect_four_batch import COLS, ROWS, ConnectFourBatch
 from rl_pbt import parse_cfg
 from rl_pbt.config.parse import Cfg, ConfigError, resume_mismatches
@@ -87,6 +93,84 @@ def test_threat_cells_match_trying_every_piece_on_the_board():
     assert ThreatFeatures()(stacked).shape == (3, 4, ThreatFeatures.SIZE)
 
 
+def wins_in_two(board: np.ndarray, side: int) -> bool:
+    """`side` to move has two columns that complete a four, or one whose four the opponent
+    can only block by giving it another right on top."""
+    cols = winning_columns(board, side)
+    if len(cols) >= 2:
+        return True
+    for col in cols:
+        row = drop_row(board, col)
+        if row >= 1:
+            trial = board.copy()
+            trial[row * COLS + col] = -side
+            trial[(row - 1) * COLS + col] = side
+            if wins(trial, (row - 1) * COLS + col, side):
+                return True
+    return False
+
+
+def dropped(board: np.ndarray, side: int, col: int) -> np.ndarray:
+    trial = board.copy()
+    trial[drop_row(board, col) * COLS + col] = side
+    return trial
+
+
+def reference_facts(board: np.ndarray) -> np.ndarray:
+    """The 4 x 7 column facts of `LookaheadFeatures`, by playing each column (and each reply)
+    on copies of the board."""
+    out = np.zeros((4, COLS), dtype=np.float32)
+    for col in range(COLS):
+        if drop_row(board, col) < 0:
+            continue
+        for k, side in ((0, 1), (1, -1)):
+            after = dropped(board, side, col)
+            out[k, col] = wins_in_two(after, side)
+            replies = [c for c in range(COLS) if drop_row(after, c) >= 0]
+            out[2 + k, col] = bool(winning_columns(after, -side)) or any(
+                wins_in_two(dropped(after, -side, c), -side) for c in replies
+            )
+    return out
+
+
+def test_lookahead_facts_match_playing_every_column_and_reply():
+    obs = random_game_observations(100, seed=5)
+    got = LookaheadFeatures()(torch.as_tensor(obs)).numpy()
+    np.testing.assert_array_equal(
+        got[:, : ThreatFeatures.SIZE], ThreatFeatures()(torch.as_tensor(obs))
+    )
+    facts = got[:, ThreatFeatures.SIZE :].reshape(len(obs), 4, COLS)
+    counts = np.zeros(4)
+    for x, f in zip(obs, facts):
+        want = reference_facts(board_of(x))
+        np.testing.assert_array_equal(f, want)
+        counts += want.sum(axis=1)
+    assert (counts > 20).all(), counts  # every fact holds somewhere in these games
+    stacked = torch.as_tensor(obs[:12]).reshape(3, 4, 84)
+    assert LookaheadFeatures()(stacked).shape == (3, 4, LookaheadFeatures.SIZE)
+
+
+def test_lookahead_facts_of_built_boards():
+    """Boards drawn by hand, row 0 at the top: X the observer, O the opponent."""
+
+    def obs_of(rows: list[str]) -> torch.Tensor:
+        cells = "".join(rows)
+        planes = [[float(c == "X"), float(c == "O")] for c in cells]
+        return torch.tensor(planes).reshape(1, 84)
+
+    def facts(rows: list[str]) -> np.ndarray:
+        out = LookaheadFeatures()(obs_of(rows))[0, ThreatFeatures.SIZE :]
+        return out.numpy().reshape(4, COLS)
+
+    # X on b1, c1 (bottom row): a piece on d1 makes an open three, e1 and a1 both win
+    board = [".......", ".......", ".......", ".......", ".......", ".XX...."]
+    f = facts(board)
+    assert f[0].tolist() == [0, 0, 0, 1, 0, 0, 0]  # my fork: d1 (a1 makes a three at the edge)
+    assert f[1].sum() == 0 and f[2].sum() == 0
+    # their piece on a1, d1 or e1 leaves me one open end; anywhere else I answer d1 with two
+    assert f[3].tolist() == [0, 1, 1, 0, 0, 1, 1]
+
+
 def c4_cfg(*extra: str) -> Cfg:
     return parse_cfg(["--env=connect_four", "--encoder_mlp_layers", "32", *extra])
 
@@ -100,7 +184,7 @@ def test_the_model_appends_the_features_of_the_raw_board_to_the_normalised_one()
     obs_space, action_space = c4_spaces()
     model = make_actor_critic(obs_space, action_space, c4_cfg())
     plain = make_actor_critic(obs_space, action_space, c4_cfg("--obs_features=False"))
-    assert model.encoders["observation"][0].in_features == 84 + ThreatFeatures.SIZE
+    assert model.encoders["observation"][0].in_features == 84 + LookaheadFeatures.SIZE
     assert plain.encoders["observation"][0].in_features == 84 and plain.obs_features is None
     # no weights of its own: the checkpoint holds what a model without features would, but
     # a wider first layer
@@ -111,7 +195,7 @@ def test_the_model_appends_the_features_of_the_raw_board_to_the_normalised_one()
         norm.var.fill_(0.2)
     x = torch.as_tensor(random_game_observations(5, seed=1)[-20:])
     manual = model.encoders["observation"](
-        torch.cat([norm.normalize(x), ThreatFeatures()(x)], dim=-1)
+        torch.cat([norm.normalize(x), LookaheadFeatures()(x)], dim=-1)
     )
     mask = torch.ones(len(x), COLS, dtype=torch.int8)
     torch.testing.assert_close(model.encode({"observation": x, "action_mask": mask}), manual)
@@ -211,12 +295,12 @@ def test_a_features_module_that_learns_or_has_the_wrong_shape_is_refused(
 
 def test_the_features_reach_child_processes_with_the_registry(monkeypatch):
     snapshot = registry_snapshot(["connect_four"])
-    assert snapshot["connect_four"].obs_features is ThreatFeatures
+    assert snapshot["connect_four"].obs_features is LookaheadFeatures
     # what a spawned child gets: the factory pickles, and restoring puts it back
     restored = pickle.loads(pickle.dumps(snapshot))
     monkeypatch.setattr(registry, "_REGISTRY", {})
     restore_registry(restored)
-    assert registry.env_obs_features("connect_four") is ThreatFeatures
+    assert registry.env_obs_features("connect_four") is LookaheadFeatures
     # a factory that cannot travel is named before any child starts
     monkeypatch.setattr(registry, "_REGISTRY", {})
     register_env("features_test", _make_cartpole, obs_features=lambda: _Flat())
