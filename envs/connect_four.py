@@ -5,11 +5,13 @@ alpha-beta pruning, `alphabeta:depth=N`, default 2).
 The env comes through `PettingZooAECAdapter`: observations are the board seen by the agent
 (84 floats: 6 rows x 7 columns x [its own pieces, the opponent's], row 0 at the top) and the
 legal columns as an action mask; `true_objective` is 1 for a win, 0.5 for a draw, 0 for a loss.
-The model of `connect_four` also sees the board's threats (`ThreatFeatures`, registered as the
-env's observation features; `--obs_features=False` leaves them out): computed from the board,
-not learned, and not part of the observation, so scripted players and `launch.match` see the
-plain board. `connect_four_planes` is the same game with the board as 2 x 6 x 7 float planes
-and a small convolutional encoder (`--encoder_conv_architecture=convnet_board`) by default.
+The model of `connect_four` also sees the board's threats and what each move allows one move
+ahead (`LookaheadFeatures`, registered as the env's observation features, the newest of two
+sets: `--obs_features_set=threats` gives `ThreatFeatures` alone, `--obs_features=False`
+neither): computed from the board, not learned, and not part of the observation, so scripted
+players and `launch.match` see the plain board. `connect_four_planes` is the same game with the
+board as 2 x 6 x 7 float planes and a small convolutional encoder
+(`--encoder_conv_architecture=convnet_board`) by default.
 PettingZoo is imported only when an env is made (`pip install -e ".[pettingzoo]"`).
 """
 
@@ -318,7 +320,8 @@ register_pettingzoo_aec_env(
         "learning_rate": 3e-4,
     },
     make_batch_func=make_connect_four_batch,
-    obs_features=LookaheadFeatures,
+    # runs saved before lookahead existed trained with the threats alone: they keep them
+    obs_features={"threats": ThreatFeatures, "lookahead": LookaheadFeatures},
 )
 register_pettingzoo_aec_env(
     "connect_four_planes",

@@ -379,7 +379,7 @@ def register_pettingzoo_aec_env(
     objective: Optional[Callable[[float], float]] = None,
     board: bool = False,
     make_batch_func: Optional[Callable[..., Any]] = None,
-    obs_features: Optional[Callable[[], Any]] = None,
+    obs_features: Optional[Callable[[], Any] | dict[str, Callable[[], Any]]] = None,
 ) -> None:
     """Register `name` as the turn-based `creator_fn(**env_kwargs)` (e.g.
     `connect_four_v3.env`) wrapped in `PettingZooAECAdapter` (`board=True`: observations as

@@ -105,6 +105,13 @@ def plain_name(v: Any) -> Optional[str]:
     return None
 
 
+def feature_set_name(v: Any) -> Optional[str]:
+    # which names exist depends on the env: checked against it once the env is known
+    if v and not str(v).replace("_", "").replace("-", "").isalnum():
+        return "must be empty or a name of letters, digits, '_' and '-'"
+    return None
+
+
 def non_empty(v: Any) -> Optional[str]:
     return None if v.strip() else "must not be empty"
 
@@ -569,8 +576,17 @@ FLAGS: list[Flag] = [
         bool,
         True,
         "append the env's registered observation features (register_env(obs_features=...), "
-        "e.g. connect four's threat cells) to the vector observation; no effect on envs "
+        "e.g. connect four's threats and forks) to the vector observation; no effect on envs "
         "without them",
+        group="model",
+    ),
+    Flag(
+        "obs_features_set",
+        str,
+        "",
+        "which of the env's named feature sets to use (empty: its newest; a run keeps the one "
+        "it trained with); connect_four has threats and lookahead",
+        feature_set_name,
         group="model",
     ),
     # --- PBT (Sample Factory names and defaults) ---

@@ -810,11 +810,26 @@ def validate(cfg: Cfg, flags: Iterable[Flag] = FLAGS, evaluation: bool = False) 
         raise ConfigError("--env is required: " + known_envs_message())
     if not is_known_env(cfg.env):
         raise ConfigError(unknown_env_message(cfg.env))
+    _resolve_feature_set(cfg)
     if evaluation:
         return
     _check_cross_flags(cfg)
     _check_files(cfg)
     check_train_dir(cfg)
+
+
+def _resolve_feature_set(cfg: Cfg) -> None:
+    """`--obs_features_set`: a set the env has; empty becomes the env's newest, so that
+    config.json names the set a run trains with."""
+    from rl_pbt.envs.registry import env_feature_sets
+
+    sets = env_feature_sets(cfg.env)
+    chosen = getattr(cfg, "obs_features_set", "")
+    if chosen and chosen not in sets:
+        has = f"the feature sets {', '.join(sets)}" if sets else "no observation features"
+        raise ConfigError(f"--obs_features_set={chosen}: env {cfg.env!r} has {has}")
+    if sets and not chosen:
+        cfg.obs_features_set = sets[-1]
 
 
 def recurrence(cfg: Cfg) -> int:
@@ -845,27 +860,47 @@ MODEL_FLAGS = (
     "normalize_input",
     "normalize_returns",
     "obs_features",
+    "obs_features_set",
 )
 # model flags added after runs were saved without them: the value that gives those runs' model
-MODEL_FLAGS_ADDED = {"obs_features": False}
+# (`obs_features_set`: the env's first, oldest, set; see `with_added_model_flags`)
+MODEL_FLAGS_ADDED = {"obs_features": False, "obs_features_set": ""}
+
+
+def with_added_model_flags(saved: dict) -> dict:
+    """A saved config with the model flags it predates: the values that rebuild its model."""
+    from rl_pbt.envs.registry import env_feature_sets  # avoid cycle
+
+    out = {**MODEL_FLAGS_ADDED, **saved}
+    if "obs_features_set" not in saved:  # saved before feature sets had names: the first
+        env = saved.get("env")
+        sets = env_feature_sets(env) if isinstance(env, str) else []
+        out["obs_features_set"] = sets[0] if sets else ""
+    return out
+
+
 # what a resumed run must share with the run it resumes: one such network per policy
 RESUME_FIXED = ("env", "num_policies", *MODEL_FLAGS)
 
 
 def resume_mismatches(cfg: Cfg, saved: dict) -> list[str]:
     """The flags of `RESUME_FIXED` whose value differs from the saved config of the run being
-    resumed, as "--flag=new (the run has old)"; `rnn_size` only counts with an RNN, and
-    `obs_features` only for an env that registers observation features."""
+    resumed, as "--flag=new (the run has old)"; `rnn_size` only counts with an RNN,
+    `obs_features` only for an env that registers observation features, and `obs_features_set`
+    only when both runs use them."""
     from rl_pbt.envs.registry import env_obs_features  # avoid cycle
 
     out = []
-    saved = {**MODEL_FLAGS_ADDED, **saved}
+    saved = with_added_model_flags(saved)
     for key in RESUME_FIXED:
         if key not in saved or key not in cfg:
             continue
         if key == "rnn_size" and not (cfg.use_rnn or saved.get("use_rnn")):
             continue
-        if key == "obs_features" and env_obs_features(getattr(cfg, "env", None)) is None:
+        features = key in ("obs_features", "obs_features_set")
+        if features and env_obs_features(getattr(cfg, "env", None)) is None:
+            continue
+        if key == "obs_features_set" and not (cfg.obs_features and saved.get("obs_features")):
             continue
         new, old = getattr(cfg, key), saved[key]
         if isinstance(new, (list, tuple)) and isinstance(old, (list, tuple)):

@@ -19,6 +19,8 @@ MakeEnvFunc = Callable[..., Any]  # (full_env_name, cfg, env_config, render_mode
 MakeBatchFunc = Callable[..., Any]
 # () -> a torch module without parameters: vector observation [..., D] -> extra features [..., E]
 MakeObsFeatures = Callable[[], Any]
+# the name of the feature set of an env registered with one factory (not a dict of them)
+DEFAULT_FEATURES = "default"
 
 
 @dataclass
@@ -28,7 +30,8 @@ class EnvEntry:
     extra_flags: list[Flag] = field(default_factory=list)
     default_overrides: dict[str, Any] = field(default_factory=dict)
     make_batch: Optional[MakeBatchFunc] = None
-    obs_features: Optional[MakeObsFeatures] = None
+    # feature-set name -> factory, oldest first; the last is the default for new runs
+    obs_features: Optional[dict[str, MakeObsFeatures]] = None
 
 
 _REGISTRY: dict[str, EnvEntry] = {}
@@ -44,7 +47,7 @@ def register_env(
     default_overrides: Optional[dict[str, Any]] = None,
     overwrite: bool = True,
     make_batch_func: Optional[MakeBatchFunc] = None,
-    obs_features: Optional[MakeObsFeatures] = None,
+    obs_features: Optional[MakeObsFeatures | dict[str, MakeObsFeatures]] = None,
 ) -> None:
     """Register `make_env_func(full_env_name, cfg, env_config, render_mode=None)` as `name`.
 
@@ -58,7 +61,11 @@ def register_env(
     input features from the raw vector observation (`[..., D]` -> `[..., E]`, e.g. connect
     four's threat cells); the model appends them to the normalised observation unless
     `--obs_features=False`. The env's observations stay as they are, so scripted players,
-    `launch.match` and runs trained without the features all share one env.
+    `launch.match` and runs trained without the features all share one env. To change an
+    env's features without breaking its saved runs, give a dict of named factories, oldest
+    first: new runs take the last, `--obs_features_set=NAME` picks another, and each run's
+    config.json keeps the name it trained with (runs saved before the sets had names get the
+    first).
     """
     if not callable(make_env_func):
         raise TypeError(f"register_env({name!r}): make_env_func must be callable")
@@ -66,15 +73,24 @@ def register_env(
         raise ValueError(f"env {name!r} is already registered")
     if make_batch_func is not None and not callable(make_batch_func):
         raise TypeError(f"register_env({name!r}): make_batch_func must be callable")
-    if obs_features is not None and not callable(obs_features):
-        raise TypeError(f"register_env({name!r}): obs_features must be callable")
+    if obs_features is not None and not isinstance(obs_features, dict):
+        obs_features = {DEFAULT_FEATURES: obs_features}
+    if obs_features is not None:
+        for key, make in obs_features.items():
+            if not isinstance(key, str) or not key or not callable(make):
+                raise TypeError(
+                    f"register_env({name!r}): obs_features must be callable, or a dict of "
+                    f"names to callables (got {key!r}: {make!r})"
+                )
+        if not obs_features:
+            raise TypeError(f"register_env({name!r}): obs_features is an empty dict")
     _REGISTRY[name] = EnvEntry(
         name,
         make_env_func,
         list(extra_flags or []),
         dict(default_overrides or {}),
         make_batch_func,
-        obs_features,
+        dict(obs_features) if obs_features is not None else None,
     )
 
 
@@ -141,10 +157,26 @@ def env_extra_flags(name: str) -> list[Flag]:
     return list(entry.extra_flags) if entry else []
 
 
-def env_obs_features(name: str) -> Optional[MakeObsFeatures]:
-    """The observation-features factory `name` registered, or None."""
-    entry = _REGISTRY.get(name)
-    return entry.obs_features if entry else None
+def env_feature_sets(name: Optional[str]) -> list[str]:
+    """The names of the feature sets env `name` registered, oldest first (empty: none)."""
+    entry = _REGISTRY.get(name) if name else None
+    return list(entry.obs_features) if entry and entry.obs_features else []
+
+
+def env_obs_features(name: Optional[str], which: str = "") -> Optional[MakeObsFeatures]:
+    """The observation-features factory of env `name`: the set `which`, or the newest for
+    "" (None without features). ValueError for a set the env does not have."""
+    entry = _REGISTRY.get(name) if name else None
+    if entry is None or not entry.obs_features:
+        return None
+    if not which:
+        return list(entry.obs_features.values())[-1]
+    if which not in entry.obs_features:
+        raise ValueError(
+            f"--obs_features_set={which}: env {name!r} has the feature sets "
+            f"{', '.join(entry.obs_features)}"
+        )
+    return entry.obs_features[which]
 
 
 def env_default_overrides(name: str) -> dict[str, Any]:
@@ -162,10 +194,18 @@ def registry_snapshot(names: Optional[list[str]] = None) -> dict[str, EnvEntry]:
     }
 
 
+def _same_factory(a: Any, b: Any) -> bool:
+    if isinstance(a, dict) and isinstance(b, dict):  # feature sets: same names, same factories
+        return list(a) == list(b) and all(a[k] is b[k] for k in a)
+    return a is b
+
+
 def restore_registry(snapshot: dict[str, EnvEntry]) -> None:
     for name, entry in snapshot.items():
         known = _REGISTRY.get(name)
-        if known is None or any(getattr(known, f) is not getattr(entry, f) for f in _FACTORIES):
+        if known is None or not all(
+            _same_factory(getattr(known, f), getattr(entry, f)) for f in _FACTORIES
+        ):
             _REGISTRY[name] = entry
 
 

@@ -233,7 +233,8 @@ class ActorCritic(nn.Module):
         """(the vector key, the module, its output size) of the env's observation features;
         (None, None, 0) without them or with `--obs_features=False`."""
         env = getattr(cfg, "env", None)
-        make = env_obs_features(env) if env and getattr(cfg, "obs_features", False) else None
+        on = env and getattr(cfg, "obs_features", False)
+        make = env_obs_features(env, getattr(cfg, "obs_features_set", "")) if on else None
         if make is None:
             return None, None, 0
         vectors = [k for k in self.feature_keys if len(self.obs_spec.shape(k)) == 1]

@@ -11,7 +11,7 @@ from typing import Optional
 import numpy as np
 import torch
 
-from rl_pbt.config.parse import MODEL_FLAGS, MODEL_FLAGS_ADDED, Cfg
+from rl_pbt.config.parse import MODEL_FLAGS, Cfg, with_added_model_flags
 from rl_pbt.envs.registry import is_known_env, unknown_env_message
 from rl_pbt.learning.checkpoints import (
     CheckpointError,
@@ -33,7 +33,7 @@ def experiment_cfg(exp_dir: str, overrides: Optional[dict] = None) -> Cfg:
     if not os.path.isfile(path):
         raise FileNotFoundError(f"no experiment at {exp_dir} (missing config.json)")
     data = read_run_config(path)
-    data = {**MODEL_FLAGS_ADDED, **data}  # a run saved before a model flag existed
+    data = with_added_model_flags(data)  # a run saved before a model flag existed
     problem = cfg_problem(data)
     if problem:
         raise ValueError(f"{path} is not a run's config: {problem}")

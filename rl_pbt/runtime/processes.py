@@ -83,11 +83,8 @@ def check_picklable_registry(registry: dict[str, EnvEntry], env_name: str, metho
     entry = registry.get(env_name)
     if entry is None:
         return
-    factories = (
-        ("make_env_func", entry.make_env),
-        ("make_batch_func", entry.make_batch),
-        ("obs_features", entry.obs_features),
-    )
+    factories = [("make_env_func", entry.make_env), ("make_batch_func", entry.make_batch)]
+    factories += [("obs_features", f) for f in (entry.obs_features or {}).values()]
     for what, fn in factories:
         if fn is None:
             continue

@@ -5,6 +5,7 @@ a user's module and on runs saved before the flag existed."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import pickle
 
@@ -295,27 +296,65 @@ def test_a_features_module_that_learns_or_has_the_wrong_shape_is_refused(
 
 def test_the_features_reach_child_processes_with_the_registry(monkeypatch):
     snapshot = registry_snapshot(["connect_four"])
-    assert snapshot["connect_four"].obs_features is LookaheadFeatures
-    # what a spawned child gets: the factory pickles, and restoring puts it back
+    sets = {"threats": ThreatFeatures, "lookahead": LookaheadFeatures}
+    assert snapshot["connect_four"].obs_features == sets
+    # what a spawned child gets: the factories pickle, and restoring puts them back
     restored = pickle.loads(pickle.dumps(snapshot))
+    entry = registry._REGISTRY["connect_four"]
+    same = dataclasses.replace(entry, obs_features=dict(sets), extra_flags=[])
+    restore_registry({"connect_four": same})  # the same factories: the entry (and flags) stay
+    assert registry._REGISTRY["connect_four"] is entry
     monkeypatch.setattr(registry, "_REGISTRY", {})
     restore_registry(restored)
     assert registry.env_obs_features("connect_four") is LookaheadFeatures
-    # a factory that cannot travel is named before any child starts
-    monkeypatch.setattr(registry, "_REGISTRY", {})
-    register_env("features_test", _make_cartpole, obs_features=lambda: _Flat())
-    with pytest.raises(ConfigError, match="its obs_features .*lambda.* cannot be sent"):
-        check_picklable_registry(registry_snapshot(), "features_test", "spawn")
+    assert registry.env_obs_features("connect_four", "threats") is ThreatFeatures
+    # a factory that cannot travel is named before any child starts, in a dict of sets too
+    for features in (lambda: _Flat(), {"a": ThreatFeatures, "b": lambda: _Flat()}):
+        monkeypatch.setattr(registry, "_REGISTRY", {})
+        register_env("features_test", _make_cartpole, obs_features=features)
+        with pytest.raises(ConfigError, match="its obs_features .*lambda.* cannot be sent"):
+            check_picklable_registry(registry_snapshot(), "features_test", "spawn")
+    with pytest.raises(TypeError, match="obs_features must be callable, or a dict"):
+        register_env("features_test", _make_cartpole, obs_features={"a": 3})
 
 
 def test_a_run_saved_before_the_flag_existed_loads_and_resumes_without_features(tmp_path):
     saved = c4_cfg("--obs_features=False").to_dict()
-    del saved["obs_features"]
+    del saved["obs_features"], saved["obs_features_set"]
     (tmp_path / "config.json").write_text(json.dumps(saved))
     assert experiment_cfg(str(tmp_path)).obs_features is False
     assert resume_mismatches(c4_cfg(), saved) == ["--obs_features=True (the run has False)"]
     assert resume_mismatches(c4_cfg("--obs_features=False"), saved) == []
-    # an env without features: the flag changes no model, so an old run resumes as it is
+    # an env without features: the flags change no model, so an old run resumes as it is
     cartpole = parse_cfg(["--env=CartPole-v1"]).to_dict()
-    del cartpole["obs_features"]
+    assert cartpole["obs_features_set"] == ""
+    del cartpole["obs_features"], cartpole["obs_features_set"]
     assert resume_mismatches(parse_cfg(["--env=CartPole-v1"]), cartpole) == []
+
+
+def test_a_run_saved_with_the_threats_alone_keeps_them(tmp_path):
+    """connect_four's features were the threat planes before the lookahead facts came: a run
+    saved then has `obs_features` but no set name, and must rebuild the model it trained."""
+    obs_space, action_space = c4_spaces()
+    assert c4_cfg().obs_features_set == "lookahead"  # new runs: the newest set, by name
+    old = make_actor_critic(obs_space, action_space, c4_cfg("--obs_features_set=threats"))
+    saved = c4_cfg().to_dict()
+    del saved["obs_features_set"]
+    (tmp_path / "config.json").write_text(json.dumps(saved))
+    cfg = experiment_cfg(str(tmp_path))
+    assert cfg.obs_features_set == "threats"
+    model = make_actor_critic(obs_space, action_space, cfg)
+    assert model.encoders["observation"][0].in_features == 84 + ThreatFeatures.SIZE
+    model.load_state_dict(old.state_dict())
+    assert resume_mismatches(c4_cfg(), saved) == [
+        "--obs_features_set=lookahead (the run has threats)"
+    ]
+    assert resume_mismatches(c4_cfg("--obs_features_set=threats"), saved) == []
+    assert resume_mismatches(c4_cfg("--obs_features=False"), {**saved, "obs_features": False}) == []
+    with pytest.raises(ConfigError, match="--obs_features_set=nope: env 'connect_four' has the "
+                       "feature sets threats, lookahead"):  # fmt: skip
+        c4_cfg("--obs_features_set=nope")
+    with pytest.raises(ConfigError, match="--obs_features_set.*letters, digits"):
+        c4_cfg("--obs_features_set=a b")
+    with pytest.raises(ConfigError, match="--obs_features_set=x: env 'CartPole-v1' has no obs"):
+        parse_cfg(["--env=CartPole-v1", "--obs_features_set=x"])
