@@ -212,22 +212,45 @@ class LookaheadFeatures(ThreatFeatures):
         bits = torch.tensor([1 << b for b in CELL_BITS], dtype=torch.int64)
         self.register_buffer("cell_bits", bits, persistent=False)
         self.register_buffer("columns", torch.tensor(COLUMN_BITS), persistent=False)
+        self.register_buffer("shifts", torch.tensor(CELL_BITS), persistent=False)
 
     def forward(self, x: Tensor) -> Tensor:
         lead = x.shape[:-1]
-        x = x.reshape(-1, ROWS * COLS * 2)
         pieces = x.reshape(-1, ROWS * COLS, 2).long() * self.cell_bits[:, None]
         sides = pieces.sum(1)  # [N, 2] bitboards: own, the opponent's
+        n = sides.shape[0]
         filled = sides[:, 0] | sides[:, 1]
-        drop = ((filled + BOTTOM) & BOARD)[:, None] & self.columns  # [N, 7] the cell of each column
+        playable = (filled + BOTTOM) & BOARD
+        drop = playable[:, None] & self.columns  # [N, 7] the cell of each column
         after = (filled[:, None] | drop)[:, None]  # [N, 1, 7]
         reply = ((after + BOTTOM) & BOARD)[..., None] & self.columns  # [N, 1, 7, 7]
         other = sides.flip(1)[..., None]  # [N, 2, 1]: who replies to each side's drop
-        fork = wins_in_two(sides[..., None] | drop[:, None], after)  # [N, 2, 7]
-        reply_wins = wins_in_two(other[..., None] | reply, after[..., None] | reply) & (reply != 0)
-        unsafe = wins_now(other, after) | reply_wins.any(-1)  # [N, 2, 7]
-        facts = torch.cat([fork, unsafe], dim=1) & (drop != 0)[:, None]
-        out = torch.cat([self.threat_planes(x), facts.reshape(-1, 4 * COLS).to(x.dtype)], dim=-1)
+        # every position the facts look at, in one call of `four_cells` (few, large operations:
+        # a rollout worker's batches are small, and each operation has a fixed cost)
+        parts = [  # (a side's pieces, both sides' pieces) per position
+            (sides, filled[:, None].expand(n, 2)),  # the board now: the threat cells
+            (sides[..., None] | drop[:, None], after.expand(n, 2, COLS)),  # a side drops
+            (other.expand(n, 2, COLS), after.expand(n, 2, COLS)),  # the other to move after
+            (other[..., None] | reply, (after[..., None] | reply).expand(n, 2, COLS, COLS)),
+        ]
+        side = torch.cat([p.reshape(n, -1) for p, _ in parts], dim=1)
+        full = torch.cat([f.reshape(n, -1) for _, f in parts], dim=1)
+        fours = four_cells(side, BOARD & ~full)
+        now = fours & ((full + BOTTOM) & BOARD)
+        two = ((now & (now - 1)) != 0) | ((now & (fours >> 1)) != 0)  # wins in two
+        sizes = [2, 2 * COLS, 2 * COLS, 2 * COLS * COLS]
+        threats, _, _, _ = fours.split(sizes, dim=1)
+        _, fork, _, reply_two = two.split(sizes, dim=1)
+        _, _, wins_now, _ = (now != 0).split(sizes, dim=1)
+        reply_two = (reply_two.reshape(n, 2, COLS, COLS) & (reply != 0)).any(-1)
+        unsafe = wins_now.reshape(n, 2, COLS) | reply_two
+        facts = torch.cat([fork.reshape(n, 2, COLS), unsafe], dim=1) & (drop != 0)[:, None]
+        # the cells of ThreatFeatures, from the bitboards
+        own_t, theirs_t = threats.unbind(1)
+        boards = [own_t, theirs_t, playable, own_t & playable, theirs_t & playable]
+        boards.append(playable & (theirs_t >> 1))  # right under an opponent's threat
+        cells = (torch.stack(boards, 1)[..., None] >> self.shifts) & 1  # [N, 6, 42]
+        out = torch.cat([cells.reshape(n, -1), facts.reshape(n, -1)], dim=1).to(x.dtype)
         return out.reshape(*lead, self.SIZE)
 
 
