@@ -21,6 +21,7 @@ import sys
 from typing import Any, Optional
 
 from launch.train import main as train_main
+from rl_pbt.config.parse import with_added_model_flags
 from rl_pbt.logging.files import experiment_name_problem, read_run_config
 from rl_pbt.pbt.lineage import lineage_path, read_events, schedule_for
 
@@ -32,6 +33,8 @@ INHERITED = [
     "num_envs_per_worker",
     "use_rnn",
     "encoder_mlp_layers",
+    "obs_features",
+    "obs_features_set",
     "train_for_env_steps",
 ]
 
@@ -130,6 +133,7 @@ def main(argv: list[str] | None = None) -> int:
 
     given = {a.split("=")[0].lstrip("-") for a in rest if a.startswith("--")}
     base = []
+    src_cfg = with_added_model_flags(src_cfg)  # a run saved before a model flag existed
     for key in INHERITED:
         if key not in given and src_cfg.get(key) is not None:
             value = src_cfg[key]

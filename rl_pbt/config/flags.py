@@ -584,8 +584,9 @@ FLAGS: list[Flag] = [
         "obs_features_set",
         str,
         "",
-        "which of the env's named feature sets to use (empty: its newest; a run keeps the one "
-        "it trained with); connect_four has threats and lookahead",
+        "which of the env's named feature sets to use (empty: its newest); config.json keeps "
+        "the one a run trained with, and a resume must give the same; connect_four has "
+        "threats and lookahead",
         feature_set_name,
         group="model",
     ),

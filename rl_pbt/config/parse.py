@@ -913,5 +913,6 @@ def resume_mismatches(cfg: Cfg, saved: dict) -> list[str]:
 
 
 def load_cfg(path: str) -> Cfg:
+    """A saved config.json, with the model flags it predates (see `with_added_model_flags`)."""
     with open(path) as f:
-        return Cfg(json.load(f))
+        return Cfg(with_added_model_flags(json.load(f)))

@@ -25,7 +25,7 @@ from envs.connect_four import (
 )
 from envs.connect_four_batch import COLS, ROWS, ConnectFourBatch
 from rl_pbt import parse_cfg
-from rl_pbt.config.parse import Cfg, ConfigError, resume_mismatches
+from rl_pbt.config.parse import Cfg, ConfigError, load_cfg, resume_mismatches
 from rl_pbt.envs import registry
 from rl_pbt.envs.registry import register_env, registry_snapshot, restore_registry
 from rl_pbt.models.actor_critic import make_actor_critic
@@ -343,6 +343,7 @@ def test_a_run_saved_with_the_threats_alone_keeps_them(tmp_path):
     (tmp_path / "config.json").write_text(json.dumps(saved))
     cfg = experiment_cfg(str(tmp_path))
     assert cfg.obs_features_set == "threats"
+    assert load_cfg(str(tmp_path / "config.json")).obs_features_set == "threats"
     model = make_actor_critic(obs_space, action_space, cfg)
     assert model.encoders["observation"][0].in_features == 84 + ThreatFeatures.SIZE
     model.load_state_dict(old.state_dict())
