@@ -821,15 +821,16 @@ def validate(cfg: Cfg, flags: Iterable[Flag] = FLAGS, evaluation: bool = False) 
 def _resolve_feature_set(cfg: Cfg) -> None:
     """`--obs_features_set`: a set the env has; empty becomes the env's newest, so that
     config.json names the set a run trains with."""
-    from rl_pbt.envs.registry import env_feature_sets
+    from rl_pbt.envs.registry import env_feature_sets, env_obs_features
 
-    sets = env_feature_sets(cfg.env)
     chosen = getattr(cfg, "obs_features_set", "")
-    if chosen and chosen not in sets:
-        has = f"the feature sets {', '.join(sets)}" if sets else "no observation features"
-        raise ConfigError(f"--obs_features_set={chosen}: env {cfg.env!r} has {has}")
-    if sets and not chosen:
-        cfg.obs_features_set = sets[-1]
+    if chosen:
+        try:
+            env_obs_features(cfg.env, chosen)
+        except ValueError as e:  # a set the env does not have
+            raise ConfigError(str(e)) from None
+    elif env_feature_sets(cfg.env):
+        cfg.obs_features_set = env_feature_sets(cfg.env)[-1]
 
 
 def recurrence(cfg: Cfg) -> int:

@@ -167,16 +167,13 @@ def env_obs_features(name: Optional[str], which: str = "") -> Optional[MakeObsFe
     """The observation-features factory of env `name`: the set `which`, or the newest for
     "" (None without features). ValueError for a set the env does not have."""
     entry = _REGISTRY.get(name) if name else None
-    if entry is None or not entry.obs_features:
+    sets = entry.obs_features if entry and entry.obs_features else {}
+    if which and which not in sets:
+        has = f"the feature sets {', '.join(sets)}" if sets else "no observation features"
+        raise ValueError(f"--obs_features_set={which}: env {name!r} has {has}")
+    if not sets:
         return None
-    if not which:
-        return list(entry.obs_features.values())[-1]
-    if which not in entry.obs_features:
-        raise ValueError(
-            f"--obs_features_set={which}: env {name!r} has the feature sets "
-            f"{', '.join(entry.obs_features)}"
-        )
-    return entry.obs_features[which]
+    return sets[which] if which else list(sets.values())[-1]
 
 
 def env_default_overrides(name: str) -> dict[str, Any]:
