@@ -343,11 +343,22 @@ class Learner:
 
         if cfg.normalize_input:
             model.update_normalizers(obs, mask)
+        features = None  # the env's observation features, once for every pass below
+        if cfg.with_vtrace or cfg.num_epochs > 1:  # (a feed-forward CPU learner: its samples)
+            with torch.no_grad():
+                compact = self.compact and not cfg.with_vtrace
+                features = model.obs_features_of(obs, mask if compact else None)
         with torch.no_grad():
             if cfg.with_vtrace:
                 with self._autocast():
                     cur_logp, _, cur_v = model.evaluate(
-                        obs, actions, batch["rnn_states"], dones, self.rec, plan=full_plan
+                        obs,
+                        actions,
+                        batch["rnn_states"],
+                        dones,
+                        self.rec,
+                        plan=full_plan,
+                        features=features,
                     )
                 cur_values = model.denormalize_value(cur_v.float())
                 log_rhos = torch.where(mask, cur_logp.float() - old_logp, 0.0)
@@ -395,6 +406,7 @@ class Learner:
                     pick(dones),
                     self.rec,
                     plan=plan,
+                    features=None if features is None else pick(features),
                 )
                 # the losses are reduced in float32 whatever the forward pass ran in
                 logp, ent, values = logp.float(), ent.float(), values.float()

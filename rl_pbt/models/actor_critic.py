@@ -272,7 +272,21 @@ class ActorCritic(nn.Module):
         return key, module, int(out.shape[1])
 
     # --- pieces -------------------------------------------------------------------------
-    def encode(self, obs: dict[str, Tensor]) -> Tensor:
+    def obs_features_of(self, obs: dict[str, Tensor], rows: Optional[Tensor] = None):
+        """The env's observation features of a batch, obs[key] [N, T, D] -> [N, T, E], where
+        `rows` [N, T] holds (zeros elsewhere; everywhere without it); None without features.
+        The learner computes them once per batch for all its epochs (`evaluate(features=)`)."""
+        if self.obs_features is None:
+            return None
+        raw = obs[self.features_key].float()
+        if rows is None:
+            return self.obs_features(raw)
+        out = raw.new_zeros(*raw.shape[:-1], self.features_size)
+        out[rows] = self.obs_features(raw[rows])
+        return out
+
+    def encode(self, obs: dict[str, Tensor], features: Optional[Tensor] = None) -> Tensor:
+        """`features`: the observation features of obs, if computed already."""
         feats = []
         for key in self.feature_keys:
             x = obs[key]
@@ -283,7 +297,8 @@ class ActorCritic(nn.Module):
                 if key in self.obs_norms:
                     x = self.obs_norms[key].normalize(x)
                 if key == self.features_key:
-                    x = torch.cat([x, self.obs_features(raw)], dim=-1)
+                    f = self.obs_features(raw) if features is None else features.to(x.dtype)
+                    x = torch.cat([x, f], dim=-1)
             feats.append(self.encoders[key](x))
         return self.post(torch.cat(feats, dim=-1) if len(feats) > 1 else feats[0])
 
@@ -325,6 +340,7 @@ class ActorCritic(nn.Module):
         dones: Tensor,
         recurrence: int,
         plan: Optional[SequencePlan] = None,
+        features: Optional[Tensor] = None,
     ):
         """obs[k]: [N, T, ...]; actions [N, T, dim]; rnn_states [N, T // recurrence, H] (state
         before each chunk); dones [N, T]. Returns log-probs, entropy, normalised values [N, T].
@@ -333,7 +349,9 @@ class ActorCritic(nn.Module):
         reading the dones back from the device; without it the plan is made here."""
         n, t = actions.shape[:2]
         flat = {k: v.reshape(n * t, *v.shape[2:]) for k, v in obs.items()}
-        x = self.encode(flat)
+        if features is not None:
+            features = features.reshape(n * t, -1)
+        x = self.encode(flat, features)
         if self.use_rnn:
             if plan is None:
                 plan = sequence_plan(dones.detach().cpu().numpy(), recurrence).to(x.device)

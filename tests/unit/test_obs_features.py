@@ -232,6 +232,49 @@ def test_the_fused_worker_pass_gives_the_models_actions_with_features():
         torch.testing.assert_close(values[idx], ref_v, rtol=1e-5, atol=1e-5)
 
 
+class _Counted(nn.Module):
+    """Features of any vector: |x| and x > 1; counts the rows it is given."""
+
+    rows = 0
+
+    def forward(self, x):
+        _Counted.rows += x.reshape(-1, x.shape[-1]).shape[0]
+        return torch.cat([x.abs(), (x > 1).to(x.dtype)], dim=-1)
+
+
+@pytest.mark.parametrize("vtrace", [False, True])
+def test_the_learner_computes_the_features_once_per_batch(tmp_path, monkeypatch, vtrace):
+    """With 2 epochs the learner computes the features once per batch (of the samples it
+    trains on; of all with V-trace, which evaluates them all first), and trains exactly as
+    when each pass computes its own."""
+    from tests.unit.test_learner_hot_path import ROLLOUT, fill, make_learner
+
+    monkeypatch.setattr(registry, "_REGISTRY", dict(registry._REGISTRY))
+    register_env("features_learner_test", _make_cartpole, obs_features=_Counted)
+    runs = []
+    for once in (True, False):
+        learner = make_learner(
+            tmp_path, "--env=features_learner_test", "--use_rnn=False", f"--with_vtrace={vtrace}"
+        )
+        assert learner.model.encoders["obs"][0].in_features == 15 and learner.compact
+        if not once:  # each minibatch computes them, as a model without the learner's help
+            monkeypatch.setattr(learner.model, "obs_features_of", lambda *a, **k: None)
+        fill(learner, torch.Generator().manual_seed(4), 2 * learner.traj_per_iteration)
+        _Counted.rows = 0
+        assert learner.train_if_ready() and learner.train_if_ready()
+        runs.append((learner.model.state_dict(), learner.stats, _Counted.rows))
+    (w1, s1, rows1), (w2, s2, rows2) = runs
+    for k in w1:
+        torch.testing.assert_close(w1[k], w2[k], rtol=1e-5, atol=1e-6, msg=k)
+    for k in s1:
+        assert s1[k] == pytest.approx(s2[k], rel=1e-4, abs=1e-6), k
+    samples = 2 * learner.traj_per_iteration * ROLLOUT  # 2 batches
+    if vtrace:  # every sample once, and without: also the trained ones, in each epoch
+        assert rows1 == samples and rows2 > samples and (rows2 - samples) % 2 == 0
+    else:
+        assert 0 < rows1 < samples and rows2 == 2 * rows1
+
+
 class _Learned(nn.Module):
     def __init__(self):
         super().__init__()
