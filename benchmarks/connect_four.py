@@ -3,6 +3,7 @@ with: random play and alpha-beta search of depth 1, 2 and 4.
 
     python benchmarks/connect_four.py                        # 4 members, 30 min of training
     python benchmarks/connect_four.py --train_dir DIR --eval_only --deterministic  # rescore
+    python benchmarks/connect_four.py --train_dir DIR --eval_only --temperature 0.5
     python benchmarks/connect_four.py --stages 2000000 5000000 10000000 --minutes 120
     python benchmarks/connect_four.py --compare --seeds 1 2 3 --stages 2000000
 
@@ -43,6 +44,7 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 from envs.connect_four import board_from_obs, winning_columns  # noqa: E402
 from launch import match  # noqa: E402
 from rl_pbt.envs.registry import make_env  # noqa: E402
+from rl_pbt.models.loading import play_flags_problem  # noqa: E402
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 OPPONENTS = ["random", "alphabeta:depth=1", "alphabeta:depth=2", "alphabeta:depth=4"]
@@ -66,10 +68,10 @@ def train(train_dir: str, experiment: str, steps: int, seconds: float, flags: li
 
 
 def scores(train_dir, experiment, member, opponent, games, seed, deterministic,
-           env_name) -> list[float]:  # fmt: skip
+           env_name, temperature=1.0) -> list[float]:  # fmt: skip
     """`games` games of member pN against `opponent`, half moving first: scores of pN."""
     args = SimpleNamespace(env=env_name, experiment=experiment, train_dir=train_dir,
-                           deterministic=deterministic)  # fmt: skip
+                           deterministic=deterministic, temperature=temperature)  # fmt: skip
     torch.manual_seed(seed)  # members sample their moves from torch's generator: a rescore repeats
     env = make_env(env_name, match.seeded(seed), {"env_id": 0})
     me = match.make_player(f"p{member}", env, args, seed)
@@ -90,7 +92,8 @@ def evaluate(args, experiment: str, opponents: list[str]) -> dict[str, list[floa
     out = {}
     for p in range(args.members):
         row = [scores(args.train_dir, experiment, p, o, args.games, args.seed + 10 * p,
-                      args.deterministic, args.env) for o in opponents]  # fmt: skip
+                      args.deterministic, args.env, args.temperature)
+               for o in opponents]  # fmt: skip
         out[p] = [float(np.mean(s)) for s in row]
         print(f"| p{p} | " + " | ".join(cell(s) for s in row) + " |", flush=True)
     return out
@@ -214,7 +217,9 @@ def rescore(args) -> None:
     """--eval_only: the population in --train_dir as it stands, no training."""
     with open(os.path.join(args.train_dir, "c4", "summary.json")) as f:
         summary = json.load(f)
-    print(f"connect four, {args.members} members, {args.games} games per opponent", flush=True)
+    how = "their argmax" if args.deterministic else f"sampled at temperature {args.temperature:g}"
+    print(f"connect four, {args.members} members, {args.games} games per opponent, moves "
+          f"{how}", flush=True)  # fmt: skip
     print_goal(score_stage(args, summary, "as trained before")[0])
 
 
@@ -265,6 +270,8 @@ def main(argv=None) -> int:
     ap.add_argument("--games", type=int, default=100, help="games per member and opponent")
     ap.add_argument("--seed", type=int, default=1)
     ap.add_argument("--deterministic", action="store_true", help="members play their argmax")
+    ap.add_argument("--temperature", type=float, default=1.0,
+                    help="members sample their moves from softmax(logits / T)")  # fmt: skip
     ap.add_argument("--eval_only", action="store_true",
                     help="no training: score the population already in --train_dir")  # fmt: skip
     ap.add_argument("--compare", action="store_true", help="PBT variants against no PBT")
@@ -275,6 +282,9 @@ def main(argv=None) -> int:
     args = ap.parse_args(argv)
     args.train_dir = args.train_dir or tempfile.mkdtemp(prefix="c4_")
     os.makedirs(args.train_dir, exist_ok=True)
+    problem = play_flags_problem(args)
+    if problem:
+        ap.error(problem)
     if args.compare:
         compare(args)
     elif args.eval_only:

@@ -27,7 +27,14 @@ from rl_pbt.logging.video import (
     default_video_path,
     env_fps,
 )
-from rl_pbt.models.loading import PolicyActor, experiment_cfg, load_policy, run_env_problem
+from rl_pbt.models.loading import (
+    PolicyActor,
+    add_play_flags,
+    experiment_cfg,
+    load_policy,
+    play_flags_problem,
+    run_env_problem,
+)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -41,7 +48,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--train_dir", default="train_dir")
     parser.add_argument("--policy", type=int, default=0, help="population member to load")
     parser.add_argument("--episodes", type=int, default=10)
-    parser.add_argument("--deterministic", action="store_true", help="argmax actions")
+    add_play_flags(parser)
     parser.add_argument("--max_steps", type=int, default=100_000, help="bound on total steps")
     add_video_flag(parser, "the episodes", "p{policy}")
     return parser
@@ -86,6 +93,9 @@ def check_args(args) -> None:
             raise ValueError(f"--{flag}={value}: must be at least 1")
     if args.policy < 0:
         raise ValueError(f"--policy={args.policy}: a population member's number, 0 or more")
+    problem = play_flags_problem(args)
+    if problem:
+        raise ValueError(problem)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -121,7 +131,9 @@ def play(args, env, model, obs, writer) -> None:
     """Plays from `obs` (a fresh episode) and prints per-episode and mean results; frames go
     to `writer` (a VideoWriter) when given."""
     actors = [
-        PolicyActor(model, env.observation_space, env.action_space, args.deterministic)
+        PolicyActor(
+            model, env.observation_space, env.action_space, args.deterministic, args.temperature
+        )
         for _ in range(env.num_agents)
     ]
     returns, objectives = [], []

@@ -52,7 +52,14 @@ from rl_pbt.logging.video import (
     env_fps,
 )
 from rl_pbt.models.action_dist import to_env_action
-from rl_pbt.models.loading import PolicyActor, experiment_cfg, load_policy, run_env_problem
+from rl_pbt.models.loading import (
+    PolicyActor,
+    add_play_flags,
+    experiment_cfg,
+    load_policy,
+    play_flags_problem,
+    run_env_problem,
+)
 from rl_pbt.sampling.elo import DEFAULT_RATING
 
 
@@ -64,7 +71,11 @@ def make_player(spec: str, env, args, seed: int) -> Callable[[], Any]:
         return lambda: _Scripted(make_scripted(env_name, spec, env, seed))
     model = _load_model(spec, env, args)
     return lambda: PolicyActor(
-        model, env.observation_space, env.action_space, deterministic=args.deterministic
+        model,
+        env.observation_space,
+        env.action_space,
+        deterministic=args.deterministic,
+        temperature=getattr(args, "temperature", 1.0),
     )
 
 
@@ -124,11 +135,19 @@ class BatchPolicyActor:
     """Acts for `seats` seats at once with one trained model: one forward pass per step, one
     RNN state per seat. The actions of seat k are those a `PolicyActor` would draw there."""
 
-    def __init__(self, model, obs_space, action_space, seats: int, deterministic: bool = False):
+    def __init__(
+        self,
+        model,
+        obs_space,
+        action_space,
+        seats: int,
+        deterministic: bool = False,
+        temperature: float = 1.0,
+    ):
         if not isinstance(obs_space, gym.spaces.Box):
             raise ValueError("batched matches need Box observations")
         self.model, self.action_space = model, action_space
-        self.deterministic = deterministic
+        self.deterministic, self.temperature = deterministic, temperature
         self.h = torch.zeros(seats, model.rnn_size) if model.rnn_size else None
 
     def reset(self, rows) -> None:
@@ -138,7 +157,9 @@ class BatchPolicyActor:
     @torch.no_grad()
     def act(self, obs: np.ndarray) -> np.ndarray:
         batch = {"obs": torch.as_tensor(np.asarray(obs, dtype=np.float32))}
-        actions, _, _, self.h = self.model.act(batch, self.h, deterministic=self.deterministic)
+        actions, _, _, self.h = self.model.act(
+            batch, self.h, deterministic=self.deterministic, temperature=self.temperature
+        )
         if self.model.act_spec.kind == "discrete" and actions.shape[-1] == 1:
             return actions[:, 0].numpy()
         return np.stack([to_env_action(self.model.act_spec, self.action_space, a) for a in actions])
@@ -166,7 +187,12 @@ def make_batch_player(spec: str, env, args, seed: int) -> Callable[[int], Any]:
         return lambda seats: SeatActors(factory, seats)
     model = _load_model(spec, env, args)
     return lambda seats: BatchPolicyActor(
-        model, env.observation_space, env.action_space, seats, deterministic=args.deterministic
+        model,
+        env.observation_space,
+        env.action_space,
+        seats,
+        deterministic=args.deterministic,
+        temperature=getattr(args, "temperature", 1.0),
     )
 
 
@@ -395,7 +421,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--train_dir", default="train_dir")
     parser.add_argument("--players", nargs="+", required=True)
     parser.add_argument("--games", type=int, default=200, help="games per pairing")
-    parser.add_argument("--deterministic", action="store_true", help="argmax actions")
+    add_play_flags(parser)
     parser.add_argument("--seed", type=int, default=0, help="seeds the env and every player")
     parser.add_argument("--max_steps", type=int, default=5_000_000, help="bound per pairing")
     parser.add_argument(
@@ -431,6 +457,9 @@ def check_args(args) -> None:
     problem = seed_range(args.seed)
     if problem:
         raise ValueError(f"--seed={args.seed}: {problem}")
+    problem = play_flags_problem(args)
+    if problem:
+        raise ValueError(problem)
     for spec in args.players:
         parse_player(spec, args.experiment, args.env)
 

@@ -320,13 +320,29 @@ class ActorCritic(nn.Module):
 
     # --- acting: one step for a batch of agents -------------------------------------------
     @torch.no_grad()
-    def act(self, obs: dict[str, Tensor], rnn_state: Tensor | None, deterministic: bool = False):
-        """Returns actions, log-probs, raw (denormalised) values and the next rnn state."""
+    def act(
+        self,
+        obs: dict[str, Tensor],
+        rnn_state: Tensor | None,
+        deterministic: bool = False,
+        temperature: float = 1.0,
+    ):
+        """Returns actions, log-probs, raw (denormalised) values and the next rnn state.
+
+        `temperature` (play only, above 0): discrete actions are sampled from softmax(logits /
+        temperature), continuous ones with their std times temperature; the log-probs are
+        those of that distribution."""
         x = self.encode(obs)
         if self.use_rnn:
             out, h = self.core(x.unsqueeze(0), rnn_state.unsqueeze(0))
             x, rnn_state = out.squeeze(0), h.squeeze(0)
-        d = self.dist(self.policy_head(x), self.action_mask(obs))
+        head, log_std = self.policy_head(x), self.log_std
+        if temperature != 1.0:
+            if self.act_spec.kind == "discrete":
+                head = head / temperature
+            else:
+                log_std = log_std + float(np.log(temperature))
+        d = ActionDistribution(self.act_spec, head, log_std, self.action_mask(obs))
         actions = d.argmax() if deterministic else d.sample()
         values = self.denormalize_value(self.value_head(x).squeeze(-1))
         return actions, d.log_prob(actions), values, rnn_state

@@ -104,11 +104,19 @@ def _model_from_state(path: str, state: dict, obs_space, action_space, cfg: Cfg)
 class PolicyActor:
     """Acts for one agent seat with a trained model (keeps its own RNN state)."""
 
-    def __init__(self, model: ActorCritic, obs_space, action_space, deterministic: bool = False):
+    def __init__(
+        self,
+        model: ActorCritic,
+        obs_space,
+        action_space,
+        deterministic: bool = False,
+        temperature: float = 1.0,
+    ):
         self.model = model
         self.obs_space = obs_space
         self.action_space = action_space
         self.deterministic = deterministic
+        self.temperature = temperature
         self.reset()
 
     def reset(self) -> None:
@@ -117,5 +125,32 @@ class PolicyActor:
     def act(self, obs):
         d = obs_to_dict(self.obs_space, obs)
         batch = {k: torch.as_tensor(np.asarray(v)).unsqueeze(0) for k, v in d.items()}
-        actions, _, _, self.h = self.model.act(batch, self.h, deterministic=self.deterministic)
+        actions, _, _, self.h = self.model.act(
+            batch, self.h, deterministic=self.deterministic, temperature=self.temperature
+        )
         return to_env_action(self.model.act_spec, self.action_space, actions[0].numpy())
+
+
+def add_play_flags(parser) -> None:
+    """--deterministic and --temperature, for the tools that play trained policies."""
+    parser.add_argument("--deterministic", action="store_true", help="argmax actions")
+    parser.add_argument(
+        "--temperature",
+        type=float,
+        default=1.0,
+        help="sample from softmax(logits / T) (continuous actions: std x T): below 1 plays "
+        "closer to the argmax, above 1 more varied",
+    )
+
+
+def play_flags_problem(args) -> Optional[str]:
+    """One line naming the flag, for --temperature values no player can use."""
+    t = args.temperature
+    if not np.isfinite(t) or t <= 0:
+        return f"--temperature={t}: must be a number above 0 (--deterministic plays the argmax)"
+    if args.deterministic and t != 1.0:
+        return (
+            f"--temperature={t} with --deterministic: the argmax has no temperature; "
+            "give one of them"
+        )
+    return None

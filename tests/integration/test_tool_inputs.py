@@ -177,6 +177,9 @@ def test_batched_match_in_an_env_without_flat_observations(runs, capsys):
             ["'alphabeta:dept=2'", "'dept'", "takes: depth"],
         ),
         (["--players", "p0", "random:level=2"], ["'random:level=2'", "no parameters"]),
+        (["--temperature=0"], ["--temperature=0.0", "above 0", "--deterministic"]),
+        (["--temperature=inf"], ["--temperature=inf", "above 0"]),
+        (["--temperature=0.5", "--deterministic"], ["--temperature=0.5", "give one of them"]),
     ],
 )
 def test_match_values_it_cannot_use(runs, capsys, flags, words):
@@ -194,6 +197,13 @@ def test_enjoy_values_it_cannot_use(runs, capsys, flag):
     line = fails(capsys, enjoy.main, argv, flag, "at least 1")
     assert line.startswith("rl-pbt-enjoy: error: "), line
     assert snapshot(runs) == before
+
+
+def test_enjoy_temperature_it_cannot_use(runs, capsys):
+    argv = [f"--train_dir={runs}", "--experiment=pbt"]
+    line = fails(capsys, enjoy.main, [*argv, "--temperature=-1"], "--temperature=-1.0", "above 0")
+    assert line.startswith("rl-pbt-enjoy: error: "), line
+    fails(capsys, enjoy.main, [*argv, "--temperature=2", "--deterministic"], "give one of them")
 
 
 # ---------------------------------------------------------------------------- config.json

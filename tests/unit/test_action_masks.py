@@ -148,6 +148,48 @@ def test_model_acts_and_evaluates_under_the_mask():
     assert torch.isfinite(ent).all()
 
 
+def test_temperature_sharpens_or_flattens_the_legal_moves_only():
+    """Play at temperature T samples from softmax(logits / T) over the legal actions: T near 0
+    is the argmax, a large T nearly uniform over the legal ones, T = 1 the policy itself."""
+    space = masked_space()
+    model = biased_model(space)
+    with torch.no_grad():  # some preference among the legal actions 1..3
+        model.policy_head.bias.copy_(torch.tensor([30.0, 1.0, 0.5, 0.0]))
+    obs = masked_obs(np.random.default_rng(2), 2000)
+    legal = obs["action_mask"].float()
+    torch.manual_seed(0)
+    a1, lp1, v1, _ = model.act(obs, None)
+    torch.manual_seed(0)
+    a2, lp2, v2, _ = model.act(obs, None, temperature=1.0)
+    assert torch.equal(a1, a2) and torch.equal(lp1, lp2) and torch.equal(v1, v2)
+    greedy, _, _, _ = model.act(obs, None, deterministic=True)
+    cold, lp_cold, _, _ = model.act(obs, None, temperature=1e-3)
+    assert torch.equal(cold, greedy)
+    hot, lp_hot, _, _ = model.act(obs, None, temperature=1e3)
+    assert (legal.gather(1, hot) == 1).all()  # never the illegal favourite
+    # nearly uniform over the legal actions, and the log-probs say so
+    torch.testing.assert_close(lp_hot, -legal.sum(1).log(), atol=0.01, rtol=0)
+    warm, lp_warm, _, _ = model.act(obs, None, temperature=0.5)
+    with torch.no_grad():
+        logits = model.policy_head(model.encode(obs)).masked_fill(legal == 0, -1e9)
+    want = torch.log_softmax(logits / 0.5, -1).gather(1, warm).squeeze(1)
+    torch.testing.assert_close(lp_warm, want, atol=1e-5, rtol=0)
+    # where two or more actions are legal, T = 0.5 picks the favourite more often than T = 1
+    several = legal.sum(1) > 1
+    agree = lambda a: (a == greedy)[several].float().mean()  # noqa: E731
+    assert agree(warm) > agree(a1) + 0.05, (agree(warm), agree(a1))
+
+
+def test_temperature_scales_the_std_of_continuous_actions():
+    model = make_actor_critic(
+        gym.spaces.Box(-1, 1, (3,), np.float32), gym.spaces.Box(-1, 1, (2,), np.float32), cfg()
+    )
+    obs = {"obs": torch.zeros(4000, 3)}
+    torch.manual_seed(0)
+    spread = [model.act(obs, None, temperature=t)[0].std(0) for t in (0.5, 2.0)]
+    torch.testing.assert_close(spread[1] / spread[0], torch.full((2,), 4.0), rtol=0.1, atol=0)
+
+
 def test_fused_population_pass_respects_the_mask_and_matches_the_model():
     space = masked_space()
     models = [biased_model(space) for _ in range(3)]

@@ -66,8 +66,14 @@ def test_batch_policy_actor_acts_like_one_policy_actor_per_seat(use_rnn):
     model.eval()
     seats = 6
     batch = BatchPolicyActor(model, env.observation_space, env.action_space, seats, True)
+    # sampling near temperature 0 is the argmax: the temperature reaches the model
+    cold = BatchPolicyActor(model, env.observation_space, env.action_space, seats, False, 1e-6)
     single = [
         PolicyActor(model, env.observation_space, env.action_space, True) for _ in range(seats)
+    ]
+    single_cold = [
+        PolicyActor(model, env.observation_space, env.action_space, False, 1e-6)
+        for _ in range(seats)
     ]
     rng = np.random.default_rng(0)
     for step in range(5):
@@ -75,9 +81,13 @@ def test_batch_policy_actor_acts_like_one_policy_actor_per_seat(use_rnn):
         with torch.no_grad():
             expected = [s.act(o) for s, o in zip(single, obs)]
         assert batch.act(obs).tolist() == expected
+        assert cold.act(obs).tolist() == expected
+        assert [c.act(o) for c, o in zip(single_cold, obs)] == expected
         if step == 2:  # a new episode in seat 1 only
             batch.reset(slice(1, 2))
+            cold.reset(slice(1, 2))
             single[1].reset()
+            single_cold[1].reset()
 
 
 def test_play_batched_plays_the_same_number_of_games_in_every_copy():
