@@ -163,8 +163,10 @@ def print_tactics(args, experiment: str) -> None:
             continue
         take, block = tactic_rates(match.make_player(f"p{p}", env, play, args.seed)(), own)
         cells.append(f"p{p} {take:.2f} / {block:.2f}")
-    print("  on up to 200 positions from each member's games against itself: "
-          + "; ".join(cells), flush=True)
+    print(
+        "  on up to 200 positions from each member's games against itself: " + "; ".join(cells),
+        flush=True,
+    )
 
 
 def score_stage(args, summary: dict, when: str) -> tuple[dict[str, list[float]], int]:
@@ -187,9 +189,11 @@ def score_stage(args, summary: dict, when: str) -> tuple[dict[str, list[float]],
 def print_goal(scored: dict) -> None:
     table = np.array(list(scored.values()))
     vs_random, vs_ref = table[:, 0].max(), table[:, OPPONENTS.index(REFERENCE)].max()
-    print(f"\ngoal (best member): >= 0.95 against random: {vs_random:.2f} "
-          f"({'met' if vs_random >= 0.95 else 'missed'}); >= 0.70 against {REFERENCE}: "
-          f"{vs_ref:.2f} ({'met' if vs_ref >= 0.70 else 'missed'})")
+    print(
+        f"\ngoal (best member): >= 0.95 against random: {vs_random:.2f} "
+        f"({'met' if vs_random >= 0.95 else 'missed'}); >= 0.70 against {REFERENCE}: "
+        f"{vs_ref:.2f} ({'met' if vs_ref >= 0.70 else 'missed'})"
+    )
 
 
 def population(args) -> None:
@@ -264,8 +268,13 @@ def main(argv=None) -> int:
     ap.add_argument("--env", default="connect_four",
                     choices=["connect_four", "connect_four_planes"])  # fmt: skip
     ap.add_argument("--members", type=int, default=4)
-    ap.add_argument("--stages", type=int, nargs="+", default=[2_000_000, 5_000_000, 10_000_000],
-                    help="env steps per member after which the members are evaluated")
+    ap.add_argument(
+        "--stages",
+        type=int,
+        nargs="+",
+        default=[2_000_000, 5_000_000, 10_000_000],
+        help="env steps per member after which the members are evaluated",
+    )
     ap.add_argument("--minutes", type=float, default=30.0, help="time limit of the training")
     ap.add_argument("--games", type=int, default=100, help="games per member and opponent")
     ap.add_argument("--seed", type=int, default=1)

@@ -117,8 +117,16 @@ def test_trajectories_end_on_a_result_or_bootstrap_from_the_next_decision(tmp_pa
                 )
 
     learners = {
-        0: Recording(cfg, 0, runner.make_model(), runner.buffers, runner.pool, runner.params,
-                     "cpu", runner.exp_dir)  # fmt: skip
+        0: Recording(
+            cfg,
+            0,
+            runner.make_model(),
+            runner.buffers,
+            runner.pool,
+            runner.params,
+            "cpu",
+            runner.exp_dir,
+        )
     }
     host = LearnerHost(
         learners, _MergedQueue(runner.learner_queues), runner.learner_queues, runner.report_queue
