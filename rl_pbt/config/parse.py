@@ -829,8 +829,10 @@ def _resolve_feature_set(cfg: Cfg) -> None:
             env_obs_features(cfg.env, chosen)
         except ValueError as e:  # a set the env does not have
             raise ConfigError(str(e)) from None
-    elif env_feature_sets(cfg.env):
-        cfg.obs_features_set = env_feature_sets(cfg.env)[-1]
+    else:
+        sets = env_feature_sets(cfg.env)
+        if sets:
+            cfg.obs_features_set = sets[-1]
 
 
 def recurrence(cfg: Cfg) -> int:

@@ -343,11 +343,12 @@ class Learner:
 
         if cfg.normalize_input:
             model.update_normalizers(obs, mask)
-        features = None  # the env's observation features, once for every pass below
-        if cfg.with_vtrace or cfg.num_epochs > 1:  # (a feed-forward CPU learner: its samples)
+        features = None  # the env's observation features, once for every pass below: of the
+        # trained samples alone where the minibatches take only those, else of all
+        if cfg.with_vtrace or cfg.num_epochs > 1:
+            only_trained = self.compact and not cfg.with_vtrace
             with torch.no_grad():
-                compact = self.compact and not cfg.with_vtrace
-                features = model.obs_features_of(obs, mask if compact else None)
+                features = model.obs_features_of(obs, mask if only_trained else None)
         with torch.no_grad():
             if cfg.with_vtrace:
                 with self._autocast():

@@ -312,8 +312,18 @@ class ActorCritic(nn.Module):
             return v
         return (v - self.ret_norm.mean.to(v.dtype)) / self.ret_norm.std.to(v.dtype)
 
-    def dist(self, head_out: Tensor, mask: Tensor | None = None) -> ActionDistribution:
-        return ActionDistribution(self.act_spec, head_out, self.log_std, mask)
+    def dist(
+        self, head_out: Tensor, mask: Tensor | None = None, temperature: float = 1.0
+    ) -> ActionDistribution:
+        """The policy at `temperature`: discrete logits / temperature, or a continuous std
+        times temperature (1: the policy itself)."""
+        log_std = self.log_std
+        if temperature != 1.0:
+            if self.act_spec.kind == "discrete":
+                head_out = head_out / temperature
+            else:
+                log_std = log_std + float(np.log(temperature))
+        return ActionDistribution(self.act_spec, head_out, log_std, mask)
 
     def action_mask(self, obs: dict[str, Tensor]) -> Tensor | None:
         return obs[self.mask_key] if self.mask_key is not None else None
@@ -336,13 +346,7 @@ class ActorCritic(nn.Module):
         if self.use_rnn:
             out, h = self.core(x.unsqueeze(0), rnn_state.unsqueeze(0))
             x, rnn_state = out.squeeze(0), h.squeeze(0)
-        head, log_std = self.policy_head(x), self.log_std
-        if temperature != 1.0:
-            if self.act_spec.kind == "discrete":
-                head = head / temperature
-            else:
-                log_std = log_std + float(np.log(temperature))
-        d = ActionDistribution(self.act_spec, head, log_std, self.action_mask(obs))
+        d = self.dist(self.policy_head(x), self.action_mask(obs), temperature)
         actions = d.argmax() if deterministic else d.sample()
         values = self.denormalize_value(self.value_head(x).squeeze(-1))
         return actions, d.log_prob(actions), values, rnn_state
