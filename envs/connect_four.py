@@ -9,7 +9,9 @@ The model of `connect_four` also sees the board's threats and what each move all
 ahead (`LookaheadFeatures`, registered as the env's observation features, the newest of two
 sets: `--obs_features_set=threats` gives `ThreatFeatures` alone, `--obs_features=False`
 neither): computed from the board, not learned, and not part of the observation, so scripted
-players and `launch.match` see the plain board. `connect_four_planes` is the same game with the
+players and `launch.match` see the plain board. The model also plays each position in one
+orientation of the board and its mirror image (`connect_four_mirror`, `--mirror_symmetry`).
+`connect_four_planes` is the same game with the
 board as 2 x 6 x 7 float planes and a small convolutional encoder
 (`--encoder_conv_architecture=convnet_board`) by default.
 PettingZoo is imported only when an env is made (`pip install -e ".[pettingzoo]"`).
@@ -27,6 +29,7 @@ from envs.connect_four_batch import COLS, LINES, ROWS, ConnectFourBatch, game_sc
 from envs.pettingzoo_adapter import factory_seed, register_pettingzoo_aec_env
 from rl_pbt.config.flags import Flag, non_negative
 from rl_pbt.envs.scripted import register_scripted_policy
+from rl_pbt.models.symmetry import Mirror
 
 WIN = 1_000_000
 _WEIGHTS = np.array([0.0, 1.0, 4.0, 32.0, 0.0])  # a line of 4 cells holding 0..4 of one side
@@ -254,6 +257,17 @@ class LookaheadFeatures(ThreatFeatures):
         return out.reshape(*lead, self.SIZE)
 
 
+def connect_four_mirror() -> Mirror:
+    """Connect four's left-right mirror on the flat observation (rows x columns x 2 planes)
+    and the columns; positions are compared from the bottom row up, which changes least."""
+    cell = np.arange(ROWS * COLS * 2).reshape(ROWS, COLS, 2)
+    return Mirror(
+        obs_perm=cell[:, ::-1].reshape(-1).tolist(),
+        action_perm=list(range(COLS - 1, -1, -1)),
+        order=cell[::-1].reshape(-1).tolist(),
+    )
+
+
 class AlphaBetaPlayer:
     """Picks the column of the best negamax value `depth` plies deep (depth 1: its own move
     only; 2: and the reply), ties broken at random."""
@@ -345,6 +359,7 @@ register_pettingzoo_aec_env(
     make_batch_func=make_connect_four_batch,
     # runs saved before lookahead existed trained with the threats alone: they keep them
     obs_features={"threats": ThreatFeatures, "lookahead": LookaheadFeatures},
+    symmetry=connect_four_mirror,
 )
 register_pettingzoo_aec_env(
     "connect_four_planes",

@@ -380,13 +380,15 @@ def register_pettingzoo_aec_env(
     board: bool = False,
     make_batch_func: Optional[Callable[..., Any]] = None,
     obs_features: Optional[Callable[[], Any] | dict[str, Callable[[], Any]]] = None,
+    symmetry: Optional[Callable[[], Any]] = None,
 ) -> None:
     """Register `name` as the turn-based `creator_fn(**env_kwargs)` (e.g.
     `connect_four_v3.env`) wrapped in `PettingZooAECAdapter` (`board=True`: observations as
     board planes, see there); `creator_fn` (and `objective`, the game's return ->
     true_objective) should be module-level functions. `make_batch_func`: a faster batched
     twin for the rollout workers (see `register_env`), which must play what the adapter
-    gives; `obs_features`: the model's extra input features (see `register_env`)."""
+    gives; `obs_features`: the model's extra input features; `symmetry`: the game's mirror
+    symmetry (see `register_env`)."""
     register_env(
         name,
         PettingZooAECFactory(creator_fn, env_kwargs, objective, board),
@@ -394,4 +396,5 @@ def register_pettingzoo_aec_env(
         default_overrides=default_overrides,
         make_batch_func=make_batch_func,
         obs_features=obs_features,
+        symmetry=symmetry,
     )

@@ -590,6 +590,16 @@ FLAGS: list[Flag] = [
         feature_set_name,
         group="model",
     ),
+    Flag(
+        "mirror_symmetry",
+        bool,
+        True,
+        "for an env that registers a mirror symmetry (register_env(symmetry=...), e.g. "
+        "connect four's left-right mirror): the model sees each observation in one canonical "
+        "orientation and mirrors its action back, so it learns each position once; no effect "
+        "on other envs",
+        group="model",
+    ),
     # --- PBT (Sample Factory names and defaults) ---
     Flag("with_pbt", bool, False, "enable Population Based Training", group="pbt"),
     Flag(

@@ -864,10 +864,11 @@ MODEL_FLAGS = (
     "normalize_returns",
     "obs_features",
     "obs_features_set",
+    "mirror_symmetry",
 )
 # model flags added after runs were saved without them: the value that gives those runs' model
 # (`obs_features_set`: the env's first, oldest, set; see `with_added_model_flags`)
-MODEL_FLAGS_ADDED = {"obs_features": False, "obs_features_set": ""}
+MODEL_FLAGS_ADDED = {"obs_features": False, "obs_features_set": "", "mirror_symmetry": False}
 
 
 def with_added_model_flags(saved: dict) -> dict:
@@ -891,7 +892,7 @@ def resume_mismatches(cfg: Cfg, saved: dict) -> list[str]:
     resumed, as "--flag=new (the run has old)"; `rnn_size` only counts with an RNN,
     `obs_features` only for an env that registers observation features, and `obs_features_set`
     only when both runs use them."""
-    from rl_pbt.envs.registry import env_obs_features  # avoid cycle
+    from rl_pbt.envs.registry import env_obs_features, env_symmetry  # avoid cycle
 
     out = []
     saved = with_added_model_flags(saved)
@@ -904,6 +905,8 @@ def resume_mismatches(cfg: Cfg, saved: dict) -> list[str]:
         if features and env_obs_features(getattr(cfg, "env", None)) is None:
             continue
         if key == "obs_features_set" and not (cfg.obs_features and saved.get("obs_features")):
+            continue
+        if key == "mirror_symmetry" and env_symmetry(getattr(cfg, "env", None)) is None:
             continue
         new, old = getattr(cfg, key), saved[key]
         if isinstance(new, (list, tuple)) and isinstance(old, (list, tuple)):

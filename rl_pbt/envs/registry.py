@@ -19,6 +19,8 @@ MakeEnvFunc = Callable[..., Any]  # (full_env_name, cfg, env_config, render_mode
 MakeBatchFunc = Callable[..., Any]
 # () -> a torch module without parameters: vector observation [..., D] -> extra features [..., E]
 MakeObsFeatures = Callable[[], Any]
+# () -> a rl_pbt.models.symmetry.Mirror: the env's mirror symmetry
+MakeSymmetry = Callable[[], Any]
 # the name of the feature set of an env registered with one factory (not a dict of them)
 DEFAULT_FEATURES = "default"
 
@@ -32,11 +34,12 @@ class EnvEntry:
     make_batch: Optional[MakeBatchFunc] = None
     # feature-set name -> factory, oldest first; the last is the default for new runs
     obs_features: Optional[dict[str, MakeObsFeatures]] = None
+    symmetry: Optional[MakeSymmetry] = None
 
 
 _REGISTRY: dict[str, EnvEntry] = {}
 # the fields of an entry that children need: what builds envs and models
-_FACTORIES = ("make_env", "make_batch", "obs_features")
+_FACTORIES = ("make_env", "make_batch", "obs_features", "symmetry")
 
 
 def register_env(
@@ -48,6 +51,7 @@ def register_env(
     overwrite: bool = True,
     make_batch_func: Optional[MakeBatchFunc] = None,
     obs_features: Optional[MakeObsFeatures | dict[str, MakeObsFeatures]] = None,
+    symmetry: Optional[MakeSymmetry] = None,
 ) -> None:
     """Register `make_env_func(full_env_name, cfg, env_config, render_mode=None)` as `name`.
 
@@ -66,6 +70,11 @@ def register_env(
     first: new runs take the last, `--obs_features_set=NAME` picks another, and each run's
     config.json keeps the name it trained with (runs saved before the sets had names get the
     first).
+
+    `symmetry()` optionally returns a `rl_pbt.models.symmetry.Mirror`: the game is the same
+    seen in a mirror (connect four's board, left to right), and the model sees each
+    observation in one canonical orientation of the two and mirrors its action back, unless
+    `--mirror_symmetry=False`. The env itself stays as it is.
     """
     if not callable(make_env_func):
         raise TypeError(f"register_env({name!r}): make_env_func must be callable")
@@ -84,6 +93,8 @@ def register_env(
                 )
         if not obs_features:
             raise TypeError(f"register_env({name!r}): obs_features is an empty dict")
+    if symmetry is not None and not callable(symmetry):
+        raise TypeError(f"register_env({name!r}): symmetry must be callable")
     _REGISTRY[name] = EnvEntry(
         name,
         make_env_func,
@@ -91,6 +102,7 @@ def register_env(
         dict(default_overrides or {}),
         make_batch_func,
         dict(obs_features) if obs_features is not None else None,
+        symmetry,
     )
 
 
@@ -174,6 +186,12 @@ def env_obs_features(name: Optional[str], which: str = "") -> Optional[MakeObsFe
     if not sets:
         return None
     return sets[which] if which else list(sets.values())[-1]
+
+
+def env_symmetry(name: Optional[str]) -> Optional[MakeSymmetry]:
+    """The mirror-symmetry factory env `name` registered (None: none)."""
+    entry = _REGISTRY.get(name) if name else None
+    return entry.symmetry if entry else None
 
 
 def env_default_overrides(name: str) -> dict[str, Any]:

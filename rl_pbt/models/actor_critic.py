@@ -2,7 +2,10 @@
 
 An env may register observation features (`register_env(obs_features=...)`): a module without
 parameters whose output, computed from the raw vector observation, is appended to the
-normalised observation before its MLP encoder (`--obs_features`, on by default).
+normalised observation before its MLP encoder (`--obs_features`, on by default). It may also
+register a mirror symmetry (`register_env(symmetry=...)`, `rl_pbt.models.symmetry`): the model
+then sees each observation in a canonical orientation and mirrors its actions back
+(`--mirror_symmetry`, on by default).
 
 Used by rollout workers (one step, `act`) and by the learner (whole trajectories,
 `evaluate`). Observation and return normalisers are buffers, published with the weights.
@@ -22,10 +25,11 @@ import torch
 from torch import Tensor, nn
 from torch.nn.utils.rnn import PackedSequence
 
-from rl_pbt.envs.registry import env_obs_features
+from rl_pbt.envs.registry import env_obs_features, env_symmetry
 from rl_pbt.models.action_dist import ActionDistribution, action_spec
 from rl_pbt.models.normalizer import RunningMeanStd
 from rl_pbt.models.obs import obs_spec
+from rl_pbt.models.symmetry import Mirror
 
 _ACTIVATIONS = {"elu": nn.ELU, "relu": nn.ReLU, "tanh": nn.Tanh}
 
@@ -193,6 +197,7 @@ class ActorCritic(nn.Module):
                 "another key (PettingZoo's: 'observation')"
             )
         self.features_key, self.obs_features, self.features_size = self._obs_features(cfg)
+        self.mirror_key, self.mirror = self._mirror(cfg)
         for key in self.feature_keys:
             shape = self.obs_spec.shape(key)
             if len(shape) == 3:
@@ -271,13 +276,60 @@ class ActorCritic(nn.Module):
             )
         return key, module, int(out.shape[1])
 
+    def _mirror(self, cfg) -> tuple[Optional[str], Optional[Mirror]]:
+        """(the vector key it mirrors, the env's `Mirror`); (None, None) without one or with
+        `--mirror_symmetry=False`."""
+        env = getattr(cfg, "env", None)
+        make = env_symmetry(env) if env and getattr(cfg, "mirror_symmetry", False) else None
+        if make is None:
+            return None, None
+        mirror = make()
+        if not isinstance(mirror, Mirror):
+            raise ValueError(
+                f"env {env!r}: symmetry() must return a rl_pbt.models.symmetry.Mirror, got "
+                f"{type(mirror).__name__}"
+            )
+        vectors = [k for k in self.feature_keys if len(self.obs_spec.shape(k)) == 1]
+        if len(self.feature_keys) != 1 or not vectors:
+            raise ValueError(
+                f"env {env!r}: its mirror symmetry needs one vector observation (and the "
+                f"action mask), found {self.feature_keys}; or run with --mirror_symmetry=False"
+            )
+        key = vectors[0]
+        sizes = (self.obs_spec.shape(key)[0], self.act_spec.num_outputs)
+        if self.act_spec.kind != "discrete" or len(self.act_spec.nvec) != 1:
+            raise ValueError(
+                f"env {env!r}: its mirror symmetry needs a Discrete action space; or run with "
+                "--mirror_symmetry=False"
+            )
+        if (mirror.obs_size, mirror.num_actions) != sizes:
+            raise ValueError(
+                f"env {env!r}: its Mirror has {mirror.obs_size} observation entries and "
+                f"{mirror.num_actions} actions, the env {sizes[0]} and {sizes[1]}"
+            )
+        return key, mirror
+
     # --- pieces -------------------------------------------------------------------------
+    def canonical(self, obs: dict[str, Tensor]) -> tuple[dict[str, Tensor], Optional[Tensor]]:
+        """The observations in the orientation the network sees, and where they were mirrored
+        (bool, the batch's shape; None without a mirror symmetry: obs as given)."""
+        if self.mirror is None:
+            return obs, None
+        x = obs[self.mirror_key]
+        flip = self.mirror.flips(x)
+        out = dict(obs)
+        out[self.mirror_key] = self.mirror.obs(x, flip)
+        if self.mask_key is not None:
+            out[self.mask_key] = self.mirror.mask(obs[self.mask_key], flip)
+        return out, flip
+
     def obs_features_of(self, obs: dict[str, Tensor], rows: Optional[Tensor] = None):
         """The env's observation features of a batch, obs[key] [N, T, D] -> [N, T, E], where
         `rows` [N, T] holds (zeros elsewhere; everywhere without it); None without features.
         The learner computes them once per batch for all its epochs (`evaluate(features=)`)."""
         if self.obs_features is None:
             return None
+        obs, _ = self.canonical(obs)
         raw = obs[self.features_key].float()
         if rows is None:
             return self.obs_features(raw)
@@ -342,6 +394,7 @@ class ActorCritic(nn.Module):
         `temperature` (play only, above 0): discrete actions are sampled from softmax(logits /
         temperature), continuous ones with their std times temperature; the log-probs are
         those of that distribution."""
+        obs, flip = self.canonical(obs)
         x = self.encode(obs)
         if self.use_rnn:
             out, h = self.core(x.unsqueeze(0), rnn_state.unsqueeze(0))
@@ -349,7 +402,10 @@ class ActorCritic(nn.Module):
         d = self.dist(self.policy_head(x), self.action_mask(obs), temperature)
         actions = d.argmax() if deterministic else d.sample()
         values = self.denormalize_value(self.value_head(x).squeeze(-1))
-        return actions, d.log_prob(actions), values, rnn_state
+        log_probs = d.log_prob(actions)
+        if flip is not None:  # back to the env's orientation
+            actions = self.mirror.actions(actions, flip)
+        return actions, log_probs, values, rnn_state
 
     # --- learning: trajectories [N, T] ---------------------------------------------------
     def evaluate(
@@ -369,6 +425,10 @@ class ActorCritic(nn.Module):
         reading the dones back from the device; without it the plan is made here."""
         n, t = actions.shape[:2]
         flat = {k: v.reshape(n * t, *v.shape[2:]) for k, v in obs.items()}
+        flat, flip = self.canonical(flat)
+        actions = actions.reshape(n * t, -1)
+        if flip is not None:  # the actions as the network chose them
+            actions = self.mirror.actions(actions, flip)
         if features is not None:
             features = features.reshape(n * t, -1)
         x = self.encode(flat, features)
@@ -378,7 +438,7 @@ class ActorCritic(nn.Module):
             x = self._unroll(x, rnn_states, plan)
         # the mask the actor saw, stored with the observation: the same legal actions here
         d = self.dist(self.policy_head(x), self.action_mask(flat))
-        logp = d.log_prob(actions.reshape(n * t, -1)).view(n, t)
+        logp = d.log_prob(actions).view(n, t)
         entropy = d.entropy().view(n, t)
         values = self.value_head(x).view(n, t)
         return logp, entropy, values
@@ -394,7 +454,9 @@ class ActorCritic(nn.Module):
         return out.data.index_select(0, plan.packed_at)
 
     def update_normalizers(self, obs: dict[str, Tensor], valid: Tensor) -> None:
-        """Merge the observations where valid [N, T] is true into the running statistics."""
+        """Merge the observations where valid [N, T] is true into the running statistics
+        (in the orientation the network sees them)."""
+        obs, _ = self.canonical(obs)
         for key, norm in self.obs_norms.items():
             norm.update_masked(obs[key], valid)
 

@@ -85,6 +85,7 @@ def check_picklable_registry(registry: dict[str, EnvEntry], env_name: str, metho
         return
     factories = [("make_env_func", entry.make_env), ("make_batch_func", entry.make_batch)]
     factories += [("obs_features", f) for f in (entry.obs_features or {}).values()]
+    factories.append(("symmetry", entry.symmetry))
     for what, fn in factories:
         if fn is None:
             continue

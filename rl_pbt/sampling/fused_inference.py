@@ -20,6 +20,7 @@ from rl_pbt.models.actor_critic import ActorCritic
 # 0, so padding never gets sampled nor changes a log-softmax, and it stays finite (no 0 * inf).
 _PAD_LOGIT = -1e9
 _HALF_LOG_2PI = 0.5 * math.log(2 * math.pi)
+_TINY = float(torch.finfo(torch.float32).tiny)  # the smallest uniform draw the race takes
 
 
 def _activation(module: nn.Module) -> Callable[[Tensor], Tensor] | None:
@@ -67,6 +68,7 @@ def _layout(model: ActorCritic) -> tuple:
         model.normalize_returns,
         tuple(model.obs_norms.keys()),
         type(model.obs_features),
+        type(model.mirror),
     )
 
 
@@ -157,6 +159,8 @@ class FusedPopulationPolicy:
         # the env's observation features (no parameters: one module serves every row)
         self.features = template.obs_features
         self.features_size = template.features_size
+        # the env's mirror symmetry: act in the canonical orientation, as ActorCritic does
+        self.mirror = template.mirror
         self.act_spec = template.act_spec
         self.normalize_input = template.normalize_input
         self.normalize_returns = template.normalize_returns
@@ -358,6 +362,12 @@ class FusedPopulationPolicy:
             x = torch.cat([obs[k] for k in self.keys], dim=-1)
         if x.dtype != torch.float32:
             x = x.float()
+        mask = obs[self.mask_key] if self.mask_key is not None else None
+        flip = None
+        if self.mirror is not None:  # one vector key: x is it
+            flip = self.mirror.flips(x)
+            x = self.mirror.obs(x, flip)
+            mask = None if mask is None else self.mirror.mask(mask, flip)
         extra = self.features(x) if self.features is not None else None
         if plan.gather is not None:
             x = x.index_select(0, plan.gather)
@@ -387,8 +397,8 @@ class FusedPopulationPolicy:
         if self.act_spec.kind == "discrete":
             heads, pad = len(self.act_spec.nvec), self._head_pad
             logits = out[:, : self._num_logits].view(n, heads, pad)
-            if self.mask_key is not None:
-                logits = logits.masked_fill(self._illegal(obs[self.mask_key], n), _PAD_LOGIT)
+            if mask is not None:
+                logits = logits.masked_fill(self._illegal(mask, n), _PAD_LOGIT)
             log_softmax = torch.log_softmax(logits, dim=-1)
             if deterministic:
                 actions = logits.argmax(dim=-1)
@@ -396,11 +406,17 @@ class FusedPopulationPolicy:
                 # Exponential race, as torch.multinomial does for one sample but without its
                 # input checks, which cost more than the whole network at these sizes:
                 # argmin E_i / p_i with E_i = -log(u_i) picks i with probability p_i. u < 1
-                # makes log(u) < 0, so zero-probability (padding) entries give -inf.
-                race = torch.rand_like(log_softmax).log_().div_(log_softmax.exp())
+                # makes log(u) < 0, so zero-probability (padding) entries give -inf. A draw
+                # of u = 0 (one in 2^24) would give -inf to a legal entry too: with one legal
+                # action every entry would tie and argmax would pick entry 0, legal or not;
+                # the clamp keeps legal entries finite.
+                u = torch.rand_like(log_softmax).clamp_(min=_TINY)
+                race = u.log_().div_(log_softmax.exp())
                 actions = race.argmax(dim=-1)
             log_probs = log_softmax.gather(-1, actions.unsqueeze(-1)).view(n, heads)
             log_probs = log_probs.view(n) if heads == 1 else log_probs.sum(-1)
+            if flip is not None:  # back to the env's orientation
+                actions = self.mirror.actions(actions, flip)
             return actions, log_probs, values
 
         a = self.act_spec.dim

@@ -211,6 +211,25 @@ def test_fused_population_pass_respects_the_mask_and_matches_the_model():
         assert torch.equal(d.argmax(), ad[idx])
 
 
+def test_a_uniform_draw_of_zero_never_picks_an_illegal_action(monkeypatch):
+    """The fused pass samples by an exponential race on uniform draws; torch.rand can return
+    exactly 0 (one draw in 2^24). On a position with one legal action, that draw gave every
+    entry -inf and argmax picked action 0, illegal: a long connect four run stopped on it."""
+    space = masked_space()
+    models = [biased_model(space) for _ in range(2)]
+    fused = FusedPopulationPolicy(models[0], 2)
+    for row, m in enumerate(models):
+        fused.load(row, m)
+    n = 40
+    mask = torch.zeros(n, 4, dtype=torch.int8)
+    mask[torch.arange(n), 1 + torch.arange(n) % 3] = 1  # one legal action, never 0
+    obs = {"observation": torch.zeros(n, 6), "action_mask": mask}
+    monkeypatch.setattr(torch, "rand_like", torch.zeros_like)  # every draw is 0
+    a, lp, _ = fused.act(obs, np.arange(n) % 2)
+    assert torch.equal(a[:, 0], 1 + torch.arange(n) % 3)
+    torch.testing.assert_close(lp, torch.zeros(n))
+
+
 def test_multi_binary_mask_and_multi_discrete_heads():
     space = masked_space(n_act=7, mask_space=gym.spaces.MultiBinary(7))
     spec = obs_spec(space)
