@@ -60,19 +60,22 @@ class Mirror(nn.Module):
         self.obs_size, self.num_actions = len(obs_perm), len(action_perm)
         self.register_buffer("obs_perm", torch.tensor(obs_perm), persistent=False)
         self.register_buffer("action_perm", torch.tensor(action_perm), persistent=False)
-        # the mirror image's entries in the compared order, and the original's
-        self.register_buffer("mirrored_order", self.obs_perm[order].clone(), persistent=False)
-        self.register_buffer("order", torch.tensor(order), persistent=False)
+        # the mirror image's entries in the compared order, then the original's: one gather
+        # gives both (few operations: a rollout worker's batches are small)
+        compared = torch.cat([self.obs_perm[order], torch.tensor(order)])
+        self.register_buffer("compared", compared, persistent=False)
 
     def flips(self, x: Tensor) -> Tensor:
         """x [..., D] -> bool [...]: whether the canonical orientation of each observation is
         its mirror image, which is when the mirror image is the smaller of the two, compared
         entry by entry in `order` (a symmetric observation is its own canonical image)."""
-        mirrored, original = x.index_select(-1, self.mirrored_order), x.index_select(-1, self.order)
-        differs = mirrored != original
-        first = differs.to(torch.uint8).argmax(-1, keepdim=True)  # the first entry that differs
-        smaller = (mirrored < original).gather(-1, first).squeeze(-1)
-        return differs.any(-1) & smaller
+        both = x.index_select(-1, self.compared)
+        if not both.is_floating_point():
+            both = both.float()
+        mirrored, original = both.split(self.obs_size, dim=-1)
+        sign = (mirrored - original).sign_()  # -1, 0 or +1 per entry
+        first = sign.abs().argmax(-1, keepdim=True)  # the first entry that differs (or 0)
+        return sign.gather(-1, first).squeeze(-1) < 0
 
     def obs(self, x: Tensor, flip: Tensor) -> Tensor:
         """x [..., D] with the rows where `flip` [...] holds mirrored."""
@@ -85,5 +88,6 @@ class Mirror(nn.Module):
     def actions(self, actions: Tensor, flip: Tensor) -> Tensor:
         """Actions [..., 1] (long) mirrored where `flip` [...] holds: from the canonical
         orientation to the env's, or back (a mirror is its own inverse)."""
-        mirrored = self.action_perm[actions.long()].to(actions.dtype)
+        index = actions.reshape(-1).long()
+        mirrored = self.action_perm.index_select(0, index).view(actions.shape).to(actions.dtype)
         return torch.where(flip.unsqueeze(-1), mirrored, actions)
