@@ -289,13 +289,12 @@ class ActorCritic(nn.Module):
                 f"env {env!r}: symmetry() must return a rl_pbt.models.symmetry.Mirror, got "
                 f"{type(mirror).__name__}"
             )
-        vectors = [k for k in self.feature_keys if len(self.obs_spec.shape(k)) == 1]
-        if len(self.feature_keys) != 1 or not vectors:
+        key = self.feature_keys[0]
+        if len(self.feature_keys) != 1 or len(self.obs_spec.shape(key)) != 1:
             raise ValueError(
                 f"env {env!r}: its mirror symmetry needs one vector observation (and the "
                 f"action mask), found {self.feature_keys}; or run with --mirror_symmetry=False"
             )
-        key = vectors[0]
         sizes = (self.obs_spec.shape(key)[0], self.act_spec.num_outputs)
         if self.act_spec.kind != "discrete" or len(self.act_spec.nvec) != 1:
             raise ValueError(
