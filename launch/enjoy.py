@@ -73,7 +73,14 @@ def load(args):
         )
     )
     try:
-        model = load_policy(exp_dir, args.policy, env.observation_space, env.action_space, cfg)
+        model = load_policy(
+            exp_dir,
+            args.policy,
+            env.observation_space,
+            env.action_space,
+            cfg,
+            latest=args.latest_weights,
+        )
     except RuntimeError as e:  # torch's size mismatch: the weights belong to another env
         env.close()
         raise ValueError(
