@@ -68,12 +68,10 @@ def train(train_dir: str, experiment: str, steps: int, seconds: float, flags: li
 
 
 def scores(train_dir, experiment, member, opponent, games, seed, deterministic,
-           env_name, temperature=1.0, latest=False) -> list[float]:  # fmt: skip
-    """`games` games of member pN against `opponent`, half moving first: scores of pN (its
-    average of the weights where the run kept one, unless `latest`)."""
+           env_name, temperature=1.0) -> list[float]:  # fmt: skip
+    """`games` games of member pN against `opponent`, half moving first: scores of pN."""
     args = SimpleNamespace(env=env_name, experiment=experiment, train_dir=train_dir,
-                           deterministic=deterministic, temperature=temperature,
-                           latest_weights=latest)  # fmt: skip
+                           deterministic=deterministic, temperature=temperature)  # fmt: skip
     torch.manual_seed(seed)  # members sample their moves from torch's generator: a rescore repeats
     env = make_env(env_name, match.seeded(seed), {"env_id": 0})
     me = match.make_player(f"p{member}", env, args, seed)
@@ -94,7 +92,7 @@ def evaluate(args, experiment: str, opponents: list[str]) -> dict[str, list[floa
     out = {}
     for p in range(args.members):
         row = [scores(args.train_dir, experiment, p, o, args.games, args.seed + 10 * p,
-                      args.deterministic, args.env, args.temperature, args.latest_weights)
+                      args.deterministic, args.env, args.temperature)
                for o in opponents]  # fmt: skip
         out[p] = [float(np.mean(s)) for s in row]
         print(f"| p{p} | " + " | ".join(cell(s) for s in row) + " |", flush=True)
@@ -144,7 +142,7 @@ def print_tactics(args, experiment: str) -> None:
           f"at once, {len(positions) - wins_at_once} with only a four to block): takes the "
           "win / blocks")  # fmt: skip
     play = SimpleNamespace(env=args.env, experiment=experiment, train_dir=args.train_dir,
-                           deterministic=True, latest_weights=args.latest_weights)  # fmt: skip
+                           deterministic=True)  # fmt: skip
     rows = [f"p{p}" for p in range(args.members)] + ["random", "alphabeta:depth=1"]
     cells = []
     for name in rows:
@@ -224,7 +222,6 @@ def rescore(args) -> None:
     with open(os.path.join(args.train_dir, "c4", "summary.json")) as f:
         summary = json.load(f)
     how = "their argmax" if args.deterministic else f"sampled at temperature {args.temperature:g}"
-    how += ", weights of their last update" if args.latest_weights else ""
     print(f"connect four, {args.members} members, {args.games} games per opponent, moves "
           f"{how}", flush=True)  # fmt: skip
     print_goal(score_stage(args, summary, "as trained before")[0])
@@ -284,9 +281,6 @@ def main(argv=None) -> int:
     ap.add_argument("--deterministic", action="store_true", help="members play their argmax")
     ap.add_argument("--temperature", type=float, default=1.0,
                     help="members sample their moves from softmax(logits / T)")  # fmt: skip
-    ap.add_argument("--latest_weights", action="store_true",
-                    help="members play the weights of their last update, not the average a "
-                    "run with --average_weights_env_steps keeps")  # fmt: skip
     ap.add_argument("--eval_only", action="store_true",
                     help="no training: score the population already in --train_dir")  # fmt: skip
     ap.add_argument("--compare", action="store_true", help="PBT variants against no PBT")

@@ -73,14 +73,7 @@ def load(args):
         )
     )
     try:
-        model = load_policy(
-            exp_dir,
-            args.policy,
-            env.observation_space,
-            env.action_space,
-            cfg,
-            latest=args.latest_weights,
-        )
+        model = load_policy(exp_dir, args.policy, env.observation_space, env.action_space, cfg)
     except RuntimeError as e:  # torch's size mismatch: the weights belong to another env
         env.close()
         raise ValueError(

@@ -123,8 +123,7 @@ def _load_model(spec: str, env, args):
     cfg = experiment_cfg(exp_dir)
     trained_on, cfg.env = cfg.env, args.env
     try:
-        latest = bool(getattr(args, "latest_weights", False))
-        return load_policy(exp_dir, policy_id, env.observation_space, env.action_space, cfg, latest)
+        return load_policy(exp_dir, policy_id, env.observation_space, env.action_space, cfg)
     except RuntimeError as e:  # torch's size mismatch: another env's observations or actions
         raise ValueError(
             f"player {spec!r} was trained on {trained_on}, whose observations or actions differ "

@@ -532,17 +532,6 @@ FLAGS: list[Flag] = [
     ),
     Flag("normalize_advantage", bool, True, "normalise advantages per minibatch", group="learning"),
     Flag(
-        "average_weights_env_steps",
-        int,
-        0,
-        "also keep an exponential moving average of each policy's weights, over about this "
-        "many of its env steps (0: none). Checkpoints hold it, and rl-pbt-match, rl-pbt-enjoy "
-        "and the evaluation benchmarks play it (--latest_weights plays the last update); "
-        "training and PBT use the latest weights",
-        non_negative,
-        group="learning",
-    ),
-    Flag(
         "policy_values",
         str,
         None,

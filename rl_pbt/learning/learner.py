@@ -184,12 +184,6 @@ class Learner:
             fused=self.fused_adam,
         )
         self.amp = bool(getattr(cfg, "amp", False))
-        # --average_weights_env_steps: an exponential moving average of the weights (and the
-        # normalisers), for play; training, publishing and PBT use the latest weights
-        self.average_steps = int(getattr(cfg, "average_weights_env_steps", 0) or 0)
-        self.average: Optional[dict[str, torch.Tensor]] = None
-        if self.average_steps > 0:
-            self.reset_average()
         # minibatch order: a generator of this learner's own, so that runs can be repeated
         self.generator = torch.Generator()
         if seed is None:
@@ -502,7 +496,6 @@ class Learner:
             self._undo(bad)  # nothing published: workers keep acting with finite weights
             return
         self.bad_in_a_row, self.bad_what = 0, []
-        self._update_average(int(own) * self.cfg.env_frameskip)
         if self.copied_at is not None and trainable > 0:
             # the first update on experience produced by the copied weights
             now = time.time()
@@ -519,33 +512,6 @@ class Learner:
         elif publish:
             self.device_weights.announce(self.version)
             self.params.set_version(self.policy_id, self.version)
-
-    # --- the average of the weights, for play ---------------------------------------------
-    def reset_average(self) -> None:
-        """The average starts again from the current weights (a new run, a PBT copy)."""
-        self.average = {
-            k: v.detach().clone()
-            for k, v in self.model.state_dict().items()
-            if v.is_floating_point()
-        }
-
-    def _update_average(self, env_steps: int) -> None:
-        """Move the average towards the weights after an update on `env_steps` env steps, by
-        the fraction env_steps / --average_weights_env_steps (all the way at most)."""
-        if self.average is None or env_steps <= 0:
-            return
-        weight = min(1.0, env_steps / self.average_steps)
-        live = self.model.state_dict()
-        with torch.no_grad():
-            for k, avg in self.average.items():
-                avg.lerp_(live[k], weight)
-
-    def average_state(self) -> Optional[dict[str, torch.Tensor]]:
-        """A state dict of the model with the averaged tensors in place of the latest ones
-        (None without an average)."""
-        if self.average is None:
-            return None
-        return {**self.model.state_dict(), **self.average}
 
     # --- non-finite iterations --------------------------------------------------------------
     def _live_state(self, steps: bool = True) -> list[torch.Tensor]:
@@ -713,8 +679,6 @@ class Learner:
             own = host["valid"] & (host["policy_id"] == self.policy_id)
             self.env_steps += int(own.sum()) * self.cfg.env_frameskip
             self.next_batch = None
-        if self.average is not None:  # another member's weights: its past is not this one's
-            self.reset_average()
         self.version += self.cfg.max_policy_lag + 1
         self.copied_at = time.time()
         self.fresh_at = None
@@ -746,8 +710,6 @@ class Learner:
             "hparams": {k: float(v) for k, v in self.hp.items()},
             "policy_id": int(self.policy_id),
         }
-        if self.average is not None:
-            state["model_average"] = self.average_state()
         # raises CheckpointWriteError (one line; the older checkpoints untouched) on a full
         # disk or any other write failure: the caller reports it and stops
         path = write_checkpoint(
@@ -775,13 +737,6 @@ class Learner:
         _, state = found
         self.model.load_state_dict(state["model"])
         self.optimizer.load_state_dict(state["optimizer"])
-        if self.average is not None:
-            saved = state.get("model_average")
-            self.reset_average()  # a run saved without one: it starts from the weights
-            if saved is not None:
-                with torch.no_grad():
-                    for k, avg in self.average.items():
-                        avg.copy_(saved[k])
         self._settle_optimizer()
         self.version = int(state["version"])
         self.env_steps = int(state["env_steps"])

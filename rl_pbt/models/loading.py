@@ -69,14 +69,10 @@ def run_env_problem(exp_dir: str, env_name: str, command: str) -> Optional[str]:
     )
 
 
-def load_policy(
-    exp_dir: str, policy_id: int, obs_space, action_space, cfg: Cfg, latest: bool = False
-) -> ActorCritic:
+def load_policy(exp_dir: str, policy_id: int, obs_space, action_space, cfg: Cfg) -> ActorCritic:
     """The policy's newest usable checkpoint as an eval-mode model on the CPU (a damaged
-    newest file is named in a warning and the one before it is used): its average of the
-    weights where it holds one (--average_weights_env_steps), unless `latest`, else its
-    weights. FileNotFoundError when the folder holds no checkpoint, CheckpointError (a
-    ValueError) when none is usable."""
+    newest file is named in a warning and the one before it is used). FileNotFoundError when
+    the folder holds no checkpoint, CheckpointError (a ValueError) when none is usable."""
     folder = checkpoint_dir(exp_dir, policy_id)
     found = load_latest_checkpoint(folder, map_location="cpu")
     if found is None:
@@ -86,27 +82,21 @@ def load_policy(
             raise CheckpointError(folder, why)
         raise FileNotFoundError(f"policy {policy_id}: no checkpoint in {folder}")
     path, state = found
-    return _model_from_state(path, state, obs_space, action_space, cfg, latest)
+    return _model_from_state(path, state, obs_space, action_space, cfg)
 
 
-def load_policy_file(
-    path: str, obs_space, action_space, cfg: Cfg, latest: bool = False
-) -> ActorCritic:
-    """The model saved in one named checkpoint file (its average of the weights where it
-    holds one, unless `latest`), eval mode, on the CPU; CheckpointError (a ValueError, one
-    line) when the file is missing, damaged or not plain data."""
+def load_policy_file(path: str, obs_space, action_space, cfg: Cfg) -> ActorCritic:
+    """The model saved in one named checkpoint file, eval mode, on the CPU; CheckpointError
+    (a ValueError, one line) when the file is missing, damaged or not plain data."""
     state = read_checkpoint(path, map_location="cpu")
-    return _model_from_state(path, state, obs_space, action_space, cfg, latest)
+    return _model_from_state(path, state, obs_space, action_space, cfg)
 
 
-def _model_from_state(
-    path: str, state: dict, obs_space, action_space, cfg: Cfg, latest: bool = False
-) -> ActorCritic:
+def _model_from_state(path: str, state: dict, obs_space, action_space, cfg: Cfg) -> ActorCritic:
     if "model" not in state:
         raise CheckpointError(path, "holds no 'model' weights")
     model = make_actor_critic(obs_space, action_space, cfg)
-    average = None if latest else state.get("model_average")
-    model.load_state_dict(state["model"] if average is None else average)
+    model.load_state_dict(state["model"])
     model.eval()
     return model
 
@@ -142,15 +132,8 @@ class PolicyActor:
 
 
 def add_play_flags(parser) -> None:
-    """--deterministic, --temperature and --latest_weights, for the tools that play trained
-    policies."""
+    """--deterministic and --temperature, for the tools that play trained policies."""
     parser.add_argument("--deterministic", action="store_true", help="argmax actions")
-    parser.add_argument(
-        "--latest_weights",
-        action="store_true",
-        help="play each policy's weights of its last update, not the average that a run "
-        "with --average_weights_env_steps keeps (a run without one has only the latest)",
-    )
     parser.add_argument(
         "--temperature",
         type=float,

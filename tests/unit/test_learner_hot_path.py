@@ -18,7 +18,6 @@ import torch
 from rl_pbt import parse_cfg
 from rl_pbt.config.parse import recurrence
 from rl_pbt.learning import learner as learner_module
-from rl_pbt.learning.checkpoints import read_checkpoint
 from rl_pbt.learning.learner import Learner, configure_cuda
 from rl_pbt.memory.buffers import FREE, QUEUED, WORKER, TrajectoryBuffers
 from rl_pbt.memory.device_weights import WeightBoard, WeightsReader
@@ -362,99 +361,6 @@ def test_pbt_transfer_is_bit_exact_and_drops_a_staged_batch(tmp_path):
     assert dst.next_batch is None and not dst.ready()
     assert dst.env_steps == steps + own
     assert dst.version == version + dst.cfg.max_policy_lag + 1
-
-
-# --- the average of the weights (--average_weights_env_steps) ---------------------------------
-def float_state(model) -> dict[str, np.ndarray]:
-    return {
-        k: v.double().numpy().copy() for k, v in model.state_dict().items() if v.is_floating_point()
-    }
-
-
-def test_average_of_the_weights_is_an_ema_over_env_steps(tmp_path):
-    horizon = 300
-    learner = make_learner(tmp_path, f"--average_weights_env_steps={horizon}", seed=3)
-    reference = float_state(learner.model)  # it starts at the initial weights
-    gen = torch.Generator().manual_seed(2)
-    fill(learner, gen, 4 * learner.traj_per_iteration)
-    for _ in range(4):
-        before = learner.env_steps
-        assert learner.train_if_ready()
-        weight = min(1.0, (learner.env_steps - before) / horizon)
-        assert 0 < weight < 1
-        live = float_state(learner.model)
-        reference = {k: r + weight * (live[k] - r) for k, r in reference.items()}
-    average = {k: v.double().numpy() for k, v in learner.average.items()}
-    assert set(average) == set(reference)
-    for k, r in reference.items():
-        np.testing.assert_allclose(average[k], r, rtol=1e-5, atol=1e-6)
-    # the average is not the latest weights, nor the first: the check above can fail
-    live, first = float_state(learner.model), float_state(make_learner(tmp_path, seed=3).model)
-    assert max(np.abs(average[k] - live[k]).max() for k in live) > 1e-4
-    assert max(np.abs(average[k] - first[k]).max() for k in live) > 1e-4
-    # a horizon shorter than an iteration: the average is the weights
-    short = make_learner(tmp_path, "--average_weights_env_steps=1", seed=3)
-    train_losses(short, 2)
-    for k, v in short.model.state_dict().items():
-        if v.is_floating_point():
-            assert torch.equal(short.average[k], v)
-
-
-def test_without_the_flag_there_is_no_average(tmp_path):
-    learner = make_learner(tmp_path, seed=3)
-    train_losses(learner, 1)
-    assert learner.average is None
-    assert "model_average" not in read_checkpoint(learner.save())
-    model = load_policy(learner.exp_dir, 0, OBS, ACTIONS, learner.cfg)
-    for k, v in model.state_dict().items():
-        assert torch.equal(v, learner.model.state_dict()[k])
-
-
-def test_the_average_is_saved_resumed_and_played(tmp_path):
-    a = make_learner(tmp_path, "--average_weights_env_steps=500", seed=1)
-    train_losses(a, 3)
-    a.save()
-    latest = {k: v.clone() for k, v in a.model.state_dict().items()}
-    average = {k: v.clone() for k, v in a.average_state().items()}
-    assert any(not torch.equal(latest[k], average[k]) for k in latest)
-    # play: the average by default, the last update with latest=True
-    played = load_policy(a.exp_dir, 0, OBS, ACTIONS, a.cfg).state_dict()
-    assert all(torch.equal(played[k], average[k]) for k in played)
-    played = load_policy(a.exp_dir, 0, OBS, ACTIONS, a.cfg, latest=True).state_dict()
-    assert all(torch.equal(played[k], latest[k]) for k in played)
-    # resume: the average goes on from where it was
-    b = make_learner(tmp_path, "--average_weights_env_steps=500", seed=2)
-    assert b.load_latest()
-    assert all(torch.equal(b.average_state()[k], average[k]) for k in average)
-    a.generator.manual_seed(11)
-    b.generator.manual_seed(11)
-    train_losses(a, 1, data_seed=4)
-    train_losses(b, 1, data_seed=4)
-    assert all(torch.equal(a.average[k], b.average[k]) for k in a.average)
-    # a run saved without an average, resumed with one: it starts from the weights
-    c = make_learner(tmp_path / "plain", seed=1)
-    train_losses(c, 1)
-    c.save()
-    d = make_learner(tmp_path / "plain", "--average_weights_env_steps=500", seed=2)
-    assert d.load_latest()
-    assert all(
-        torch.equal(d.average[k], v) for k, v in c.model.state_dict().items() if k in d.average
-    )
-
-
-def test_a_pbt_copy_starts_the_average_again_from_the_copied_weights(tmp_path):
-    src = make_learner(tmp_path, "--average_weights_env_steps=500", seed=1)
-    dst = make_learner(
-        tmp_path, "--average_weights_env_steps=500", seed=2, policy_id=1, params=src.params
-    )
-    train_losses(src, 2)
-    train_losses(dst, 2)
-    src.export_state()
-    dst.import_state(0)
-    for k, v in src.model.state_dict().items():
-        if v.is_floating_point():
-            assert torch.equal(dst.average[k], v)  # not src's average, nor dst's own past
-    assert any(not torch.equal(dst.average[k], src.average[k]) for k in src.average)
 
 
 # --- pieces -------------------------------------------------------------------------------------

@@ -185,35 +185,6 @@ def fake_run(train_dir, env_name="arena_duel", name="run") -> str:
     return exp_dir
 
 
-def test_players_play_the_average_of_the_weights_unless_told_the_latest(tmp_path, capsys):
-    """A checkpoint with an average (--average_weights_env_steps): match and enjoy play it; with
-    --latest_weights they play the weights of the last update."""
-    from types import SimpleNamespace
-
-    from launch.match import _load_model
-
-    cfg = parse_cfg(["--env=arena_duel", "--experiment=avg", f"--train_dir={tmp_path}"])
-    exp_dir = os.path.join(str(tmp_path), "avg")
-    save_cfg(cfg, os.path.join(exp_dir, "config.json"))
-    env = as_multiagent(make_env("arena_duel", cfg, {"env_id": 0}))
-    torch.manual_seed(0)
-    latest = make_actor_critic(env.observation_space, env.action_space, cfg).state_dict()
-    torch.manual_seed(1)
-    average = make_actor_critic(env.observation_space, env.action_space, cfg).state_dict()
-    state = {"model": latest, "model_average": average}
-    write_checkpoint(checkpoint_dir(exp_dir, 0), 1, 10, state, keep=1, root=exp_dir)
-    for flag, expected in ((False, average), (True, latest)):
-        args = SimpleNamespace(env="arena_duel", experiment="avg", train_dir=str(tmp_path),
-                               latest_weights=flag)  # fmt: skip
-        loaded = _load_model("p0", env, args).state_dict()
-        assert all(torch.equal(loaded[k], expected[k]) for k in loaded)
-    base = [f"--train_dir={tmp_path}", "--experiment=avg", "--episodes=1"]
-    assert enjoy.main(base + ["--latest_weights"]) == 0
-    args = [f"--train_dir={tmp_path}", "--experiment=avg", "--players", "p0", "chaser"]
-    assert main(args + ["--games=2", "--latest_weights"]) == 0
-    assert "chaser" in capsys.readouterr().out
-
-
 def one_line_error(capsys) -> str:
     err = capsys.readouterr().err.strip()
     assert err.count("\n") == 0 and "Traceback" not in err, err
