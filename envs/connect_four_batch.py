@@ -3,7 +3,8 @@
 `ConnectFourBatch` plays exactly what `PettingZooAECAdapter` around PettingZoo's
 `connect_four_v3` gives (`envs.connect_four`): the same observations (the board seen by each
 agent, own pieces first, as 84 floats or as 2 x 6 x 7 planes), the mover's legal columns as its
-action mask and an all-ones mask for the agent that waits, only the mover `is_active`, +1 / -1
+action mask and an all-ones mask for the agent that waits, only the mover `is_active` (and
+`acts_next` for the agent to move next), +1 / -1
 on the winning move, `true_objective` 1 / 0.5 / 0 when a game ends, the same random openings
 for the same seed. The tests compare the two move for move. It exists for speed: PettingZoo's
 env steps a few thousand moves a second on one core, which made the env the bottleneck of
@@ -112,8 +113,13 @@ class ConnectFourBatch(BatchedMultiAgentEnv):
             )
         return out
 
-    def _infos(self, ks: np.ndarray) -> list[list[dict]]:
-        return [[{"is_active": a == self.mover[k]} for a in (0, 1)] for k in ks.tolist()]
+    def _infos(self, ks: np.ndarray, movers: np.ndarray) -> list[list[dict]]:
+        """`is_active`: the agent moved on this step (`movers`); `acts_next`: it moves next."""
+        nexts = self.mover[ks].tolist()
+        return [
+            [{"is_active": m == 0, "acts_next": n == 0}, {"is_active": m == 1, "acts_next": n == 1}]
+            for m, n in zip(movers.tolist(), nexts)
+        ]
 
     # --- moves ------------------------------------------------------------------------------
     def _play(self, ks: np.ndarray, cols: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -150,7 +156,7 @@ class ConnectFourBatch(BatchedMultiAgentEnv):
     def reset_copy(self, k: int, seed: Optional[int] = None) -> tuple[list, list[dict]]:
         self._new_game(k)
         ks = np.array([k])
-        return self._observations(ks)[0], self._infos(ks)[0]
+        return self._observations(ks)[0], self._infos(ks, self.mover[ks])[0]
 
     def step(self, actions: Any) -> tuple[Any, Any, Any, Any, list[list[dict]]]:
         actions = np.asarray(actions).reshape(self.num_envs, 2)
@@ -166,17 +172,20 @@ class ConnectFourBatch(BatchedMultiAgentEnv):
                 f"player_{movers[k]} of copy {k} played the illegal action {cols[k]} "
                 f"(legal: {legal})"
             )
-        infos = self._infos(ks)  # the movers of this step are the active agents
         won, full = self._play(ks, cols)
         rewards = np.zeros((self.num_envs, 2), dtype=np.float32)
         rewards[ks[won], movers[won]] = 1.0
         rewards[ks[won], 1 - movers[won]] = -1.0
         self.returns += rewards
         done = won | full
+        scores = {}
         for k in np.flatnonzero(done).tolist():
-            for a in (0, 1):
-                infos[k][a]["true_objective"] = game_score(self.returns[k, a])
+            scores[k] = [game_score(self.returns[k, a]) for a in (0, 1)]
             self._new_game(k)
+        infos = self._infos(ks, movers)  # this step's movers were active; who moves next
+        for k, pair in scores.items():
+            for a in (0, 1):
+                infos[k][a]["true_objective"] = pair[a]
         obs = self._observations(ks)
         return obs, rewards, done.copy(), np.zeros(self.num_envs, dtype=bool), infos
 

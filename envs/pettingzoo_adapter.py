@@ -223,10 +223,12 @@ class PettingZooAECAdapter:
     Each step, every agent gets an observation, but only the mover's action is played and only
     the mover is `is_active`; the others wait (their actions are ignored, and the rewards the
     move gives them, e.g. the loser's -1 on the winning move, are credited to their own last
-    move by the learner). Observations: a Dict `{"observation", "action_mask"}` when the env
-    gives an action mask, its observation flattened to a float32 vector (`flatten=True`), or,
-    with `board=True`, a (rows, columns, planes) board as float32 planes first (planes, rows,
-    columns), for a convolutional encoder (`--encoder_conv_architecture=convnet_board`); a
+    move by the learner). `acts_next` marks the agent to move next, so the rollout worker
+    computes no action for the others. Observations: a Dict `{"observation", "action_mask"}`
+    when the env gives an action mask, its observation flattened to a float32 vector
+    (`flatten=True`), or, with `board=True`, a (rows, columns, planes) board as float32 planes
+    first (planes, rows, columns), for a convolutional encoder
+    (`--encoder_conv_architecture=convnet_board`); a
     waiting agent's mask allows every action (its action is ignored anyway). When the game
     ends every agent is done, with `info["true_objective"]` its return of the game (or
     `objective(return)`, e.g. 1 win / 0.5 draw / 0 loss), and the returned observations start
@@ -306,7 +308,8 @@ class PettingZooAECAdapter:
         self._play_opening()
         self._returns = np.zeros(self.num_agents)
         mover = self.env.agent_selection
-        return self._observations(), [{"is_active": a == mover} for a in self.agent_names]
+        infos = [{"is_active": a == mover, "acts_next": a == mover} for a in self.agent_names]
+        return self._observations(), infos
 
     def _play_opening(self) -> None:
         """With `random_opening=N`, the game starts after 0..N uniformly random legal moves
@@ -340,9 +343,14 @@ class PettingZooAECAdapter:
             for i, info in enumerate(infos):
                 ret = float(self._returns[i])
                 info["true_objective"] = self._objective(ret) if self._objective else ret
-            new_obs, _ = self.reset()
+            new_obs, first = self.reset()
+            for info, start in zip(infos, first):
+                info["acts_next"] = start["acts_next"]
             n = self.num_agents
             return new_obs, rewards, [terminated] * n, [truncated and not terminated] * n, infos
+        following = self.env.agent_selection
+        for a, info in zip(self.agent_names, infos):
+            info["acts_next"] = a == following
         n = self.num_agents
         return self._observations(), rewards, [False] * n, [False] * n, infos
 

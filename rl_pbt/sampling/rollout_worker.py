@@ -161,6 +161,12 @@ class RolloutWorker(ServerActing):
             self.mask_heads = list(zip((ends - model.act_spec.nvec).tolist(), ends.tolist()))
         self.rnn_size = model.rnn_size
         self.h = torch.zeros(n_act, max(self.rnn_size, 1))
+        # actors whose next action the env said it ignores (`info["acts_next"] = False`, a
+        # turn-based game's waiting agents): no forward pass computes that action. Never with
+        # an RNN, whose state steps through every observation the learner replays
+        self.waits = np.zeros(n_act, dtype=bool)
+        self.skipped = np.zeros(n_act, dtype=bool)  # the actors the last forward pass skipped
+        self.may_skip = not self.rnn_size
         self.cur_obs = {k: np.zeros((n_act, *s), dtype=d) for k, s, d in model.obs_spec.items()}
         self.seat: list[Any] = [0] * n_act  # policy id (int) or snapshot id (str) per actor
         self.seat_row = np.zeros(n_act, dtype=np.int64)  # the seat's policy, -1 for a snapshot
@@ -218,9 +224,11 @@ class RolloutWorker(ServerActing):
                 # env as a replay (serial_state.py). Only here: reseeding may cost (Atari
                 # reloads its ROM), and parallel runs do not save it
                 env.seed_episodes(int(self.rng.integers(2**31)))
-            obs_list, _ = self._env_call(
+            obs_list, infos = self._env_call(
                 e, "reset()", env.reset, seed=int(self.rng.integers(2**31))
             )
+            for a, info in enumerate(infos or ()):
+                self.waits[e * self.num_agents + a] = not (info or {}).get("acts_next", True)
             if self.cfg.decorrelate_envs_on_one_worker and self.num_agents == 1:
                 warm_up = int(self.rng.integers(0, 2 * self.T))
                 for _ in range(warm_up):
@@ -472,14 +480,16 @@ class RolloutWorker(ServerActing):
         values = np.zeros(n, dtype=np.float32)
         policy_rows = self.seat_row
         trains = policy_rows >= 0
+        skip = self._skip(0, n)
+        acts = trains & ~skip
         h_before = self.h.clone() if self.rnn_size else None
         groups: dict[Any, list[int]] = {}
         for i, seat in enumerate(self.seat):
-            if self.fused is None or not trains[i]:
+            if (self.fused is None or not trains[i]) and not skip[i]:
                 groups.setdefault(seat, []).append(i)
         self._notice_unseated_copies(policy_rows[trains])
-        if self.fused is not None and trains.any():
-            idx = np.flatnonzero(trains)
+        if self.fused is not None and acts.any():
+            idx = np.flatnonzero(acts)
             self._beat(hb.INFERENCE, -1)
             self._refresh_seated(policy_rows[idx])
             obs = {k: torch.from_numpy(self.cur_obs[k][idx]) for k in self.obs_keys}
@@ -487,11 +497,40 @@ class RolloutWorker(ServerActing):
             actions[idx] = a.numpy().reshape(len(idx), -1)
             logp[idx], values[idx] = lp.numpy(), v.numpy()
         self._act_locally(groups, actions, logp, values, h_before)
+        self._fill_skipped(skip, actions)
         if trains.any():
             versions = self.model_version[policy_rows[trains]]
             idx = np.flatnonzero(trains)
-            self._write_step(idx, policy_rows, actions, logp, values, h_before, versions)
+            self._write_step(idx, policy_rows, actions, logp, values, h_before, versions, acts)
         return actions
+
+    def _skip(self, lo: int, hi: int) -> np.ndarray:
+        """Which actors of [lo, hi) the next forward pass leaves out: those the env said wait
+        (`info["acts_next"]` False), except one whose full rollout would otherwise be sent
+        after its T-th waiting step without the value of the state it waits in (`_settle_
+        bootstrap`). Remembered in `self.skipped` for `_record`'s check."""
+        skip = self.waits[lo:hi] if self.may_skip else np.zeros(hi - lo, dtype=bool)
+        if skip.any():
+            skip = skip.copy()
+            for i, (_, waited) in self.pending_bootstrap.items():
+                if lo <= i < hi and waited >= self.T - 1:
+                    skip[i - lo] = False
+        self.skipped[lo:hi] = skip
+        return skip
+
+    def _fill_skipped(self, skip: np.ndarray, actions: np.ndarray, lo: int = 0) -> None:
+        """The action handed to the env for a skipped actor, which ignores it: the first legal
+        one of each head (0 without a mask; log-prob and value stay 0, on a step the learner
+        never trains on)."""
+        if not skip.any():
+            return
+        ids = lo + np.flatnonzero(skip)
+        if self.mask_heads is None:
+            actions[ids] = 0
+            return
+        legal = self.cur_obs[MASK_KEY][ids] > 0
+        for head, (a, b) in enumerate(self.mask_heads):
+            actions[ids, head] = legal[:, a:b].argmax(axis=1)
 
     def _scripted_actor(self, i: int, seat: str):
         actor = self.scripted_actors.get(i)
@@ -530,7 +569,11 @@ class RolloutWorker(ServerActing):
             if self.rnn_size:
                 self.h[idx] = h_after
 
-    def _write_step(self, idx, policy_rows, actions, logp, values, h_before, versions) -> None:
+    def _write_step(
+        self, idx, policy_rows, actions, logp, values, h_before, versions, acts=None
+    ) -> None:
+        """Actors `idx` (the training seats) record this step; `acts` (bool per actor,
+        default: idx) are those a forward pass computed, whose values may bootstrap."""
         slots, ts = self.slot[idx], self.t[idx]
         for k in self.obs_keys:
             self.np[f"obs.{k}"][slots, ts] = self.cur_obs[k][idx]
@@ -547,8 +590,11 @@ class RolloutWorker(ServerActing):
                 ].numpy()
         if self.pending_bootstrap:
             finished: dict[int, list[int]] = {}
-            acted = np.zeros(self.num_actors, dtype=bool)
-            acted[idx] = True
+            if acts is None:
+                acted = np.zeros(self.num_actors, dtype=bool)
+                acted[idx] = True
+            else:
+                acted = acts
             waiting = {}
             for actor, entry in self.pending_bootstrap.items():
                 old = entry[0]
@@ -576,6 +622,12 @@ class RolloutWorker(ServerActing):
             i = base + a
             info = infos[a] if infos else {}
             active = bool(info.get("is_active", True))
+            if active and self.skipped[i]:
+                raise EnvContractError(
+                    f"{self._where(e, a)}: its info said acts_next=False, so its action was not "
+                    "computed, yet the next step counted it (is_active=True)"
+                )
+            self.waits[i] = not info.get("acts_next", True)
             r = rew[a]
             if self._trains(i):
                 s, t = self.slot[i], self.t[i]
@@ -666,8 +718,9 @@ class RolloutWorker(ServerActing):
         old = entry[0]
         if not active:
             self.np["rewards"][old, self.T - 1] += r
-            if done:
+            if done:  # no bootstrap: any finite value (no forward pass may have given one)
                 self.np["dones"][old, self.T - 1] = 1.0
+                self.np["values"][old, self.T] = 0.0
             entry[1] += 1
             if not done and entry[1] < self.T:
                 return
@@ -780,6 +833,7 @@ class RolloutWorker(ServerActing):
             "slot": self.slot.copy(),
             "t": self.t.copy(),
             "h": self.h.clone(),
+            "waits": self.waits.copy(),
             "cur_obs": {k: v.copy() for k, v in self.cur_obs.items()},
             "pending_bootstrap": [
                 [int(i), int(old), int(waited)]
@@ -821,6 +875,8 @@ class RolloutWorker(ServerActing):
         self.slot = state["slot"].copy()
         self.t = state["t"].copy()
         self.h = state["h"].clone()
+        if "waits" in state:  # saved before envs could say who acts next: every actor acts
+            self.waits[...] = state["waits"]
         for k, v in state["cur_obs"].items():
             self.cur_obs[k][...] = v
         self.pending_bootstrap = {  # [actor, slot] from before waiting steps were counted

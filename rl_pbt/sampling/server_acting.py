@@ -18,6 +18,7 @@ import torch
 
 from rl_pbt.runtime import heartbeat as hb
 from rl_pbt.runtime.messages import InferenceRequest, drain
+from rl_pbt.sampling.inference_server import NO_ROW
 
 
 class StopRequested(Exception):
@@ -54,7 +55,7 @@ class ServerActing:
     def _request(self, s: int) -> None:
         """Ask the servers of the policies seated in group s for their next actions."""
         lo, hi = self._split_actors(s)
-        rows = self.seat_row[lo:hi]
+        rows = np.where(self._skip(lo, hi), NO_ROW, self.seat_row[lo:hi])
         self.io_rows[lo:hi] = rows
         if self.rnn_size:
             self.h_before[lo:hi] = self.h[lo:hi]
@@ -107,17 +108,27 @@ class ServerActing:
         lo, hi = self._split_actors(s)
         actions, logp, values, versions = self.io_out
         policy_rows = self.seat_row
+        skip = self.skipped[lo:hi]  # as `_request` asked: the server left these out
         groups: dict[Any, list[int]] = {}
-        for i in lo + np.flatnonzero(policy_rows[lo:hi] < 0):
+        for i in lo + np.flatnonzero((policy_rows[lo:hi] < 0) & ~skip):
             groups.setdefault(self.seat[i], []).append(i)
         if groups:
             self._act_locally(groups, actions, logp, values, self.h_before)
-        idx = lo + np.flatnonzero(policy_rows[lo:hi] >= 0)
-        rows = policy_rows[idx]
-        self._notice_served_copies(rows, versions[idx])
-        self._notice_unseated_copies(rows)
+        trains = policy_rows[lo:hi] >= 0
+        idx = lo + np.flatnonzero(trains)
+        served = lo + np.flatnonzero(trains & ~skip)
+        self._notice_served_copies(policy_rows[served], versions[served])
+        self._notice_unseated_copies(policy_rows[idx])
+        if skip.any():
+            self._fill_skipped(skip, actions, lo)
+            logp[lo:hi][skip] = 0.0
+            values[lo:hi][skip] = 0.0
         if idx.size:
-            self._write_step(idx, policy_rows, actions, logp, values, self.h_before, versions[idx])
+            acts = np.zeros(self.num_actors, dtype=bool)
+            acts[served] = True
+            self._write_step(
+                idx, policy_rows, actions, logp, values, self.h_before, versions[idx], acts
+            )
         return actions
 
     def _notice_served_copies(self, rows: np.ndarray, versions: np.ndarray) -> None:

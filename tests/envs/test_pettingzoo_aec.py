@@ -45,6 +45,8 @@ def test_a_thousand_random_games_match_pettingzoo():
         moves += 1
         # the step counts for the mover only (the learner trains on active steps)
         assert infos[m]["is_active"] and not infos[1 - m]["is_active"]
+        # and says who moves next (in this game, or first in the one that starts)
+        following = [infos[i]["acts_next"] for i in range(2)]
         assert rewards == [float(ref.rewards[a]) for a in names]
         over = any(ref.terminations.values()) or any(ref.truncations.values())
         assert all(term) == over and not any(trunc)
@@ -55,6 +57,8 @@ def test_a_thousand_random_games_match_pettingzoo():
             assert sorted(rewards) in ([-1.0, 1.0], [0.0, 0.0])
             ref.reset(seed=games)
             obs, infos = ours.reset(seed=games)
+            following = [infos[i]["acts_next"] for i in range(2)]
+        assert following == [a == ref.agent_selection for a in names]
     assert moves > 7 * 1000
 
 
