@@ -471,6 +471,25 @@ FLAGS: list[Flag] = [
         group="learning",
     ),
     Flag(
+        "anneal_env_steps",
+        int,
+        0,
+        "the learning rate and the entropy bonus fall linearly over each policy's first N env "
+        "steps, to --anneal_final_fraction of their values (PBT's values, scaled the same way), "
+        "and stay there; 0: constant",
+        non_negative,
+        group="learning",
+    ),
+    Flag(
+        "anneal_final_fraction",
+        float,
+        0.1,
+        "with --anneal_env_steps: the fraction of the learning rate and entropy bonus left at "
+        "the end of the annealing",
+        in_range(0.0, 1.0, lo_open=True),
+        group="learning",
+    ),
+    Flag(
         "max_grad_norm",
         float,
         4.0,
@@ -860,7 +879,8 @@ FOREIGN_FLAGS: list[ForeignFlag] = [
     ForeignFlag("optimizer", "the optimiser is Adam (--adam_eps, --adam_beta*)", allowed=("adam",)),
     ForeignFlag(
         "lr_schedule",
-        "the learning rate stays constant between PBT changes",
+        "the learning rate stays constant between PBT changes, unless --anneal_env_steps "
+        "lowers it linearly",
         allowed=("constant",),
     ),
     ForeignFlag("policy_workers_per_policy", "where actions are computed is set by --inference"),

@@ -329,6 +329,7 @@ class Learner:
         (`_MINIBATCH_STATS` averaged over minibatches, then `_BATCH_STATS`)."""
         cfg, hp, model = self.cfg, self.hp, self.model
         self._keep_state()
+        entropy_coeff = hp["exploration_loss_coeff"] * self._set_annealed_lr()
         batch = self._arrived(staged)
         t = cfg.rollout
         obs = {k[4:]: v[:, :t] for k, v in batch.items() if k.startswith("obs.")}
@@ -419,7 +420,7 @@ class Learner:
                     values, pick(old_values), pick(targets), hp["ppo_clip_value"], m
                 )
                 el = entropy_loss(ent, m)
-                loss = pl + hp["value_loss_coeff"] * vl + hp["exploration_loss_coeff"] * el
+                loss = pl + hp["value_loss_coeff"] * vl + entropy_coeff * el
             self.optimizer.zero_grad(set_to_none=True)
             loss.backward()
             grad_norm = no_norm
@@ -504,7 +505,7 @@ class Learner:
         self.stats = values
         self.stats["policy_lag"] = lag_sum / own if own else 0.0
         self.stats["masked_fraction"] = 1.0 - trainable / max(own, 1.0)
-        self.stats["learning_rate"] = self.hp["learning_rate"]
+        self.stats["learning_rate"] = self.optimizer.param_groups[0]["lr"]  # annealed
         self.stats["value_target_mean"] = target_sum / trainable if trainable else 0.0
         self.stats["bad_updates"] = float(self.bad_updates)
         if to_host:
@@ -610,8 +611,24 @@ class Learner:
         if unknown:
             raise ValueError(f"unknown hyperparameters for the learner: {sorted(unknown)}")
         self.hp.update({k: float(v) for k, v in hparams.items()})
+        self._set_annealed_lr()
+
+    def anneal_factor(self) -> float:
+        """What --anneal_env_steps leaves of the learning rate and entropy bonus now: 1 at 0
+        env steps, falling linearly to --anneal_final_fraction at N and staying there."""
+        n = self.cfg.anneal_env_steps
+        if not n:
+            return 1.0
+        done = min(self.env_steps / n, 1.0)
+        return 1.0 - (1.0 - self.cfg.anneal_final_fraction) * done
+
+    def _set_annealed_lr(self) -> float:
+        """The optimiser's learning rate := this policy's value x `anneal_factor()`, which
+        it returns."""
+        factor = self.anneal_factor()
         for group in self.optimizer.param_groups:
-            group["lr"] = self.hp["learning_rate"]
+            group["lr"] = self.hp["learning_rate"] * factor
+        return factor
 
     def _step_tensor(self, value: float, p: torch.Tensor) -> torch.Tensor:
         """Adam's step count as Adam keeps it: on the device for the fused kernel, else on
