@@ -88,7 +88,7 @@ register_env(
 def _worker(tmp_path, env, extra=()):
     cfg = parse_cfg(
         [f"--env={env}", "--serial_mode", "--num_workers=1", "--num_envs_per_worker=4",
-         "--rollout=2", "--batch_size=8", "--encoder_mlp_layers", "8", "--seed=1",
+         "--rollout=2", "--batch_size=8", "--encoder_mlp_layers", "8", "--seed=1", "--device=cpu",
          f"--train_dir={tmp_path}", "--experiment=w", *extra]
     )  # fmt: skip
     return _start(cfg)
@@ -167,7 +167,7 @@ def test_connect_four_forwards_one_agent_per_game(tmp_path):
 
     cfg = parse_cfg(
         ["--env=connect_four", "--serial_mode", "--num_workers=1", "--num_envs_per_worker=8",
-         "--rollout=8", "--batch_size=64", "--encoder_mlp_layers", "16", "--seed=1",
+         "--rollout=8", "--batch_size=64", "--encoder_mlp_layers", "16", "--seed=1", "--device=cpu",
          f"--train_dir={tmp_path}", "--experiment=c4"]
     )  # fmt: skip
     runner, worker = _start(cfg)
