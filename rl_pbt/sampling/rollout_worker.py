@@ -166,7 +166,6 @@ class RolloutWorker(ServerActing):
         # an RNN, whose state steps through every observation the learner replays
         self.waits = np.zeros(n_act, dtype=bool)
         self.skipped = np.zeros(n_act, dtype=bool)  # the actors the last forward pass skipped
-        self.may_skip = not self.rnn_size
         self.cur_obs = {k: np.zeros((n_act, *s), dtype=d) for k, s, d in model.obs_spec.items()}
         self.seat: list[Any] = [0] * n_act  # policy id (int) or snapshot id (str) per actor
         self.seat_row = np.zeros(n_act, dtype=np.int64)  # the seat's policy, -1 for a snapshot
@@ -497,7 +496,7 @@ class RolloutWorker(ServerActing):
             actions[idx] = a.numpy().reshape(len(idx), -1)
             logp[idx], values[idx] = lp.numpy(), v.numpy()
         self._act_locally(groups, actions, logp, values, h_before)
-        self._fill_skipped(skip, actions)
+        self._fill_skipped(skip, actions, logp, values)
         if trains.any():
             versions = self.model_version[policy_rows[trains]]
             idx = np.flatnonzero(trains)
@@ -509,7 +508,7 @@ class RolloutWorker(ServerActing):
         (`info["acts_next"]` False), except one whose full rollout would otherwise be sent
         after its T-th waiting step without the value of the state it waits in (`_settle_
         bootstrap`). Remembered in `self.skipped` for `_record`'s check."""
-        skip = self.waits[lo:hi] if self.may_skip else np.zeros(hi - lo, dtype=bool)
+        skip = np.zeros(hi - lo, dtype=bool) if self.rnn_size else self.waits[lo:hi]
         if skip.any():
             skip = skip.copy()
             for i, (_, waited) in self.pending_bootstrap.items():
@@ -518,13 +517,14 @@ class RolloutWorker(ServerActing):
         self.skipped[lo:hi] = skip
         return skip
 
-    def _fill_skipped(self, skip: np.ndarray, actions: np.ndarray, lo: int = 0) -> None:
-        """The action handed to the env for a skipped actor, which ignores it: the first legal
-        one of each head (0 without a mask; log-prob and value stay 0, on a step the learner
-        never trains on)."""
+    def _fill_skipped(self, skip, actions, logp, values, lo: int = 0) -> None:
+        """What a skipped actor of [lo, lo + len(skip)) records: the action handed to the env,
+        which ignores it, is the first legal one of each head (0 without a mask); log-prob and
+        value are 0, on a step the learner never trains on."""
         if not skip.any():
             return
         ids = lo + np.flatnonzero(skip)
+        logp[ids] = values[ids] = 0.0
         if self.mask_heads is None:
             actions[ids] = 0
             return
@@ -569,11 +569,9 @@ class RolloutWorker(ServerActing):
             if self.rnn_size:
                 self.h[idx] = h_after
 
-    def _write_step(
-        self, idx, policy_rows, actions, logp, values, h_before, versions, acts=None
-    ) -> None:
-        """Actors `idx` (the training seats) record this step; `acts` (bool per actor,
-        default: idx) are those a forward pass computed, whose values may bootstrap."""
+    def _write_step(self, idx, policy_rows, actions, logp, values, h_before, versions, acts):
+        """Actors `idx` (the training seats) record this step; `acts` (bool per actor) are
+        those a forward pass computed, whose values may bootstrap."""
         slots, ts = self.slot[idx], self.t[idx]
         for k in self.obs_keys:
             self.np[f"obs.{k}"][slots, ts] = self.cur_obs[k][idx]
@@ -590,15 +588,10 @@ class RolloutWorker(ServerActing):
                 ].numpy()
         if self.pending_bootstrap:
             finished: dict[int, list[int]] = {}
-            if acts is None:
-                acted = np.zeros(self.num_actors, dtype=bool)
-                acted[idx] = True
-            else:
-                acted = acts
             waiting = {}
             for actor, entry in self.pending_bootstrap.items():
                 old = entry[0]
-                if not acted[actor]:  # another group's actor: bootstrapped when it acts
+                if not acts[actor]:  # not forwarded (waits, or another group): later
                     waiting[actor] = entry
                     continue
                 # the value of this state bootstraps the old trajectory; with turn-taking it

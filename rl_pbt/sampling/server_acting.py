@@ -119,10 +119,7 @@ class ServerActing:
         served = lo + np.flatnonzero(trains & ~skip)
         self._notice_served_copies(policy_rows[served], versions[served])
         self._notice_unseated_copies(policy_rows[idx])
-        if skip.any():
-            self._fill_skipped(skip, actions, lo)
-            logp[lo:hi][skip] = 0.0
-            values[lo:hi][skip] = 0.0
+        self._fill_skipped(skip, actions, logp, values, lo)
         if idx.size:
             acts = np.zeros(self.num_actors, dtype=bool)
             acts[served] = True
