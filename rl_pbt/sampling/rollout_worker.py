@@ -431,12 +431,17 @@ class RolloutWorker(ServerActing):
         finished: dict[int, list[int]] = {}
         if self.batch is not None:
             self._step_batch(actions, finished)
-            return self._after_step(finished)
-        for e in range(len(self.envs)):
-            self._step_env(e, actions, finished)
+        else:
+            self._step_envs(0, len(self.envs), actions, finished)
         self._after_step(finished)
 
-    def _step_env(self, e: int, actions: np.ndarray, finished: dict) -> None:
+    def _step_envs(self, e0: int, e1: int, actions: np.ndarray, finished: dict) -> None:
+        """Step env copies e0..e1-1 one by one, then record them together."""
+        steps = [self._step_env(e, actions) for e in range(e0, e1)]
+        obs, rew, dones, infos = zip(*steps)
+        self._record(e0, obs, rew, dones, infos, finished)
+
+    def _step_env(self, e: int, actions: np.ndarray) -> tuple:
         self._beat(hb.STEPPING, e)
         base = e * self.num_agents
         env_actions = [
@@ -446,7 +451,7 @@ class RolloutWorker(ServerActing):
         obs, rew, term, trunc, infos = self._env_call(e, "step()", self.envs[e].step, env_actions)
         check_counts(self._where(e), obs, rew, self.num_agents)
         dones = np.logical_or(np.asarray(term, bool), np.asarray(trunc, bool))
-        self._record(e, obs, rew, dones, infos, finished)
+        return obs, rew, dones, infos
 
     def _step_batch(self, actions: np.ndarray, finished: dict) -> None:
         n, k = self.num_agents, len(self.envs)
@@ -462,8 +467,7 @@ class RolloutWorker(ServerActing):
         dones = np.logical_or(np.asarray(term, bool), np.asarray(trunc, bool))
         if dones.ndim == 1:  # one flag per copy: every agent of the copy shares it
             dones = np.broadcast_to(dones[:, None], (k, n))
-        for e in range(k):
-            self._record(e, obs[e], rew[e], dones[e], infos[e], finished)
+        self._record(0, obs, rew, dones, infos, finished)
 
     def _after_step(self, finished: dict) -> None:
         self._send(finished)
@@ -607,43 +611,128 @@ class RolloutWorker(ServerActing):
             self.pending_bootstrap = waiting
             self._send(finished)
 
-    def _record(self, e, obs, rew, dones, infos, finished) -> None:
+    def _record(self, e0: int, obs, rew, dones, infos, finished) -> None:
+        """One step of env copies e0, e0 + 1, ... (`obs`, `rew`, `dones`, `infos`: one entry
+        per copy, each one per agent). What every step does is done for all their actors at
+        once; the copies with an event (an episode end, a trajectory filled or waiting for its
+        bootstrap value) then go one by one, in order, as the slots they take and the
+        trajectories they send depend on that order."""
+        n, k = self.num_agents, len(obs)
+        lo, hi = e0 * n, (e0 + k) * n
+        rew = self._step_rewards(e0, rew)
+        dones = np.asarray(dones, dtype=bool).reshape(-1)
+        flat = [info for per_copy in infos for info in (per_copy or [{}] * n)] if infos else None
+        active = np.ones(k * n, dtype=bool)
+        acts_next = np.ones(k * n, dtype=bool)
+        if flat:
+            active[:] = [info.get("is_active", True) for info in flat]
+            acts_next[:] = [info.get("acts_next", True) for info in flat]
+        contract = active & self.skipped[lo:hi]
+        if contract.any():
+            e, a = divmod(lo + int(np.flatnonzero(contract)[0]), n)
+            raise EnvContractError(
+                f"{self._where(e, a)}: its info said acts_next=False, so its action was not "
+                "computed, yet the next step counted it (is_active=True)"
+            )
+        self.waits[lo:hi] = ~acts_next
+        trains = self.seat_row[lo:hi] >= 0
+        idx = np.flatnonzero(trains)
+        s, t = self.slot[lo + idx], self.t[lo + idx]
+        self.np["rewards"][s, t] = rew[idx]
+        self.np["dones"][s, t] = dones[idx]
+        self.np["valid"][s, t] = active[idx]
+        self.ep_return[lo:hi] += rew
+        self.ep_len[lo:hi] += 1
+        self._store_obs_of(lo, obs)
+        event = dones.copy()
+        event[idx] |= t + 1 == self.T
+        for i in self.pending_bootstrap:
+            if lo <= i < hi:
+                event[i - lo] = True
+        if n > 1:
+            event = np.repeat(event.reshape(k, n).any(axis=1), n)
+        counted = 0  # copies whose steps the matchmaker was told of: seats are drawn from them
+        for j in np.flatnonzero(event[::n]).tolist():
+            self._count_steps(trains, counted, j + 1, lo)
+            counted = j + 1
+            info = infos[j] if infos else None
+            self._copy_event(e0 + j, j * n, rew, dones, active, info, finished)
+        self._count_steps(trains, counted, k, lo)
+        # the other copies' trainers move one step on; their other actors hold no slot
+        self.t[lo:hi][~event & trains] += 1
+        self.slot[lo:hi][~event & ~trains] = -1
+
+    def _step_rewards(self, e0: int, rewards) -> np.ndarray:
+        """The rewards of copies e0, e0 + 1, ... as one float32 array; a reward that is no
+        finite number stops the run naming its agent (`_rewards`)."""
+        try:
+            out = np.asarray(rewards, dtype=np.float32).reshape(-1)
+            if np.isfinite(out).all():
+                return out
+        except (TypeError, ValueError):
+            pass
+        return np.concatenate([self._rewards(e0 + j, r) for j, r in enumerate(rewards)])
+
+    def _store_obs_of(self, lo: int, obs) -> None:
+        """The observations of actors lo, lo + 1, ... (one list per copy), written per key;
+        anything that does not fit goes actor by actor (`_store_obs` names a misfit)."""
+        flat = [o for per_copy in obs for o in per_copy]
+        hi = lo + len(flat)
+        keys = self.obs_keys
+        space = self.obs_space
+        try:
+            if isinstance(space, gym.spaces.Dict):
+                if any(len(o) != len(keys) for o in flat):
+                    raise KeyError("keys")
+                for key in keys:
+                    self.cur_obs[key][lo:hi] = [o[key] for o in flat]
+            elif isinstance(space, gym.spaces.Discrete):
+                raise TypeError("one-hot")  # encoded actor by actor
+            else:
+                self.cur_obs["obs"][lo:hi] = flat
+        except (ValueError, TypeError, KeyError, IndexError):
+            for j, o in enumerate(flat):
+                self._store_obs(lo + j, o)
+            return
+        if self.mask_heads is not None:
+            rows = self.cur_obs[MASK_KEY][lo:hi] > 0
+            if not all(rows[:, a:b].any(axis=1).all() for a, b in self.mask_heads):
+                for j, o in enumerate(flat):  # raises for the first actor with an empty mask
+                    self._store_obs(lo + j, o)
+
+    def _count_steps(self, trains: np.ndarray, j0: int, j1: int, lo: int) -> None:
+        """Tell the matchmaker of one step of each policy seat of copies j0..j1-1 (relative
+        to the actors' `lo`)."""
+        if self.count_steps is None or j1 <= j0:
+            return
+        n = self.num_agents
+        rows = self.seat_row[lo + j0 * n : lo + j1 * n][trains[j0 * n : j1 * n]]
+        for policy, steps in enumerate(np.bincount(rows).tolist()):
+            if steps:
+                self.count_steps(policy, steps)
+
+    def _copy_event(self, e: int, off: int, rew, dones, active, infos, finished) -> None:
+        """Copy e's step after `_record`'s common part: bootstrap values settled, episodes
+        closed, seats drawn again when the whole copy's episode ended, and each trajectory
+        moved one step on (sent on when full). Its agents are at `off` in `rew`, `dones` and
+        `active` (`_record`'s arrays); `infos` is copy e's."""
         n = self.num_agents
         base = e * n
-        rew = self._rewards(e, rew)
         for a in range(n):
             i = base + a
-            info = infos[a] if infos else {}
-            active = bool(info.get("is_active", True))
-            if active and self.skipped[i]:
-                raise EnvContractError(
-                    f"{self._where(e, a)}: its info said acts_next=False, so its action was not "
-                    "computed, yet the next step counted it (is_active=True)"
-                )
-            self.waits[i] = not info.get("acts_next", True)
-            r = rew[a]
-            if self._trains(i):
-                s, t = self.slot[i], self.t[i]
-                self.np["rewards"][s, t] = r
-                self.np["dones"][s, t] = float(dones[a])
-                self.np["valid"][s, t] = active
-                if i in self.pending_bootstrap:  # only while deferred (`_write_step`)
-                    self._settle_bootstrap(i, active, r, bool(dones[a]), finished)
-            self.ep_return[i] += r
-            self.ep_len[i] += 1
-            if self.count_steps is not None and self._trains(i):
-                self.count_steps(self.seat[i], 1)
-            self._store_obs(i, obs[a])
-            if dones[a]:
+            done = bool(dones[off + a])
+            if i in self.pending_bootstrap and self._trains(i):  # only while deferred
+                self._settle_bootstrap(i, bool(active[off + a]), rew[off + a], done, finished)
+            if done:
                 if self.rnn_size:
                     self.h[i] = 0.0
                 if self.unscored[i]:
                     self.unscored[i] = False
                 else:
-                    self.episodes.append(self._episode_stats(i, info, e, a))
+                    self.episodes.append(self._episode_stats(i, infos[a] if infos else {}, e, a))
                 self.ep_return[i] = 0.0
                 self.ep_len[i] = 0
-        if dones.all():
+        if dones[off : off + n].all():
             if n > 1:
                 key = self.target_key
                 self.matches.append(

@@ -97,8 +97,7 @@ class ServerActing:
             if self.batch is not None:
                 self._step_batch(actions, finished)
             else:
-                for e in range(s * per_env, (s + 1) * per_env):
-                    self._step_env(e, actions, finished)
+                self._step_envs(s * per_env, (s + 1) * per_env, actions, finished)
             self._request(s)
         self._after_step(finished)
 
