@@ -27,7 +27,7 @@ from torch import Tensor, nn
 
 from envs.connect_four_batch import COLS, LINES, ROWS, ConnectFourBatch, game_score
 from envs.pettingzoo_adapter import factory_seed, register_pettingzoo_aec_env
-from rl_pbt.config.flags import Flag, in_unit_interval, non_negative
+from rl_pbt.config.flags import Flag, non_negative
 from rl_pbt.envs.scripted import register_scripted_policy
 from rl_pbt.models.symmetry import Mirror
 
@@ -322,7 +322,6 @@ def make_connect_four_batch(full_env_name: str, cfg, env_configs: list[dict]):
         [factory_seed(cfg, c) for c in env_configs],
         board_planes=full_env_name == "connect_four_planes",
         random_opening=int(getattr(cfg, "random_opening_moves", 0) or 0),
-        midgame_prob=float(getattr(cfg, "midgame_start_prob", 0.0) or 0.0),
     )
 
 
@@ -335,17 +334,7 @@ FLAGS = [
         "in launch.match and evaluation start from the empty board)",
         non_negative,
         group="env",
-    ),
-    Flag(
-        "midgame_start_prob",
-        float,
-        0.0,
-        "a training game starts, with this probability, from a position an earlier game of "
-        "the same rollout worker reached after 8..32 moves (more endgames per env step; "
-        "batched envs only, the default)",
-        in_unit_interval,
-        group="env",
-    ),
+    )
 ]
 # 32 games per worker and a [256, 256] MLP: connect four training ran 3.3x the frames/s of the
 # trainer's defaults here (42k against 12.7k, 4 members; benchmarks/RESULTS.md), and the

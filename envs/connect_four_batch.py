@@ -61,26 +61,13 @@ class ConnectFourBatch(BatchedMultiAgentEnv):
 
     num_agents = 2
     _STATE = ("cells", "heights", "mover", "returns")
-    # the positions kept for mid-game starts (saved states from before them have none)
-    _BANK_STATE = ("snap_ply", "bank_cells", "bank_heights", "bank_mover", "bank_count")
-    BANK_SIZE = 512
-    SNAP_PLIES = (8, 32)  # a game's position is kept after a ply drawn from this range
 
-    def __init__(
-        self,
-        seeds: list,
-        board_planes: bool = False,
-        random_opening: int = 0,
-        midgame_prob: float = 0.0,
-    ):
+    def __init__(self, seeds: list, board_planes: bool = False, random_opening: int = 0):
         if int(random_opening) < 0:
             raise ValueError(f"random_opening={random_opening}: at least 0")
-        if not 0.0 <= float(midgame_prob) <= 1.0:
-            raise ValueError(f"midgame_prob={midgame_prob}: must be in [0, 1]")
         self.num_envs = len(seeds)
         self.board_planes = board_planes
         self.random_opening = int(random_opening)
-        self.midgame_prob = float(midgame_prob)
         inner = (
             spaces.Box(0.0, 1.0, (2, ROWS, COLS), np.float32)
             if board_planes
@@ -98,13 +85,6 @@ class ConnectFourBatch(BatchedMultiAgentEnv):
         self._rngs = [np.random.default_rng(s) for s in seeds]  # the openings' draws
         self._all_legal = np.ones(COLS, dtype=np.int8)
         self._copies = np.arange(k)
-        # mid-game starts: each game keeps its position after ply `snap_ply` (0: none) in a
-        # ring of positions that later games may start from
-        self.snap_ply = np.zeros(k, dtype=np.int64)
-        self.bank_cells = np.zeros((self.BANK_SIZE, CELLS + 1), dtype=np.int8)
-        self.bank_heights = np.zeros((self.BANK_SIZE, COLS), dtype=np.int64)
-        self.bank_mover = np.zeros(self.BANK_SIZE, dtype=np.int64)
-        self.bank_count = np.zeros(2, dtype=np.int64)  # positions held, next slot to write
 
     # --- observations -----------------------------------------------------------------------
     def _observations(self, ks: np.ndarray) -> list[list[dict]]:
@@ -155,32 +135,11 @@ class ConnectFourBatch(BatchedMultiAgentEnv):
         self.mover[ks] = 1 - self.mover[ks]
         return won, full
 
-    def _keep_positions(self, ks: np.ndarray) -> None:
-        """Copies `ks` (games going on) whose ply count reached their `snap_ply` put their
-        position in the ring."""
-        ks = ks[self.heights[ks].sum(axis=1) == self.snap_ply[ks]]
-        for k in ks.tolist():
-            held, slot = self.bank_count.tolist()
-            self.bank_cells[slot] = self.cells[k]
-            self.bank_heights[slot] = self.heights[k]
-            self.bank_mover[slot] = self.mover[k]
-            self.bank_count[:] = (min(held + 1, self.BANK_SIZE), (slot + 1) % self.BANK_SIZE)
-
     def _new_game(self, k: int) -> None:
-        self.returns[k] = 0.0
-        if self.midgame_prob:
-            rng = self._rngs[k]
-            self.snap_ply[k] = rng.integers(self.SNAP_PLIES[0], self.SNAP_PLIES[1] + 1)
-            held = int(self.bank_count[0])
-            if held and rng.random() < self.midgame_prob:
-                i = int(rng.integers(held))
-                self.cells[k] = self.bank_cells[i]
-                self.heights[k] = self.bank_heights[i]
-                self.mover[k] = self.bank_mover[i]
-                return
         self.cells[k] = 0
         self.heights[k] = 0
         self.mover[k] = 0
+        self.returns[k] = 0.0
         if not self.random_opening:
             return
         rng = self._rngs[k]
@@ -214,8 +173,6 @@ class ConnectFourBatch(BatchedMultiAgentEnv):
                 f"(legal: {legal})"
             )
         won, full = self._play(ks, cols)
-        if self.midgame_prob:
-            self._keep_positions(ks[~(won | full)])
         rewards = np.zeros((self.num_envs, 2), dtype=np.float32)
         rewards[ks[won], movers[won]] = 1.0
         rewards[ks[won], 1 - movers[won]] = -1.0
@@ -241,14 +198,13 @@ class ConnectFourBatch(BatchedMultiAgentEnv):
 
     def get_state(self) -> dict:
         """Every game as plain data; `set_state` puts it back (serial runs resume exactly)."""
-        out = {k: getattr(self, k).copy() for k in self._STATE + self._BANK_STATE}
+        out = {k: getattr(self, k).copy() for k in self._STATE}
         out["rngs"] = [r.bit_generator.state for r in self._rngs]
         return out
 
     def set_state(self, state: dict) -> None:
-        for k in self._STATE + self._BANK_STATE:
-            if k in state:
-                getattr(self, k)[...] = state[k]
+        for k in self._STATE:
+            getattr(self, k)[...] = state[k]
         self._rngs = [generator_from_state(saved) for saved in state["rngs"]]
 
     def close(self) -> None:

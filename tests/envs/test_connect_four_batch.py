@@ -83,29 +83,29 @@ def test_an_illegal_move_names_the_copy_and_the_legal_columns():
         batch.step([[0, 0], [1, 1]])
 
 
-def _random_moves(env, rng, n):
-    """`n` steps of random legal moves in every copy: (obs, rewards, done) of each."""
-    out = []
-    for _ in range(n):
-        cols = [rng.choice(np.flatnonzero(env.heights[k] < 6)) for k in range(env.num_envs)]
-        obs, rew, done, _, _ = env.step(np.array([[c, c] for c in cols]))
-        out.append((obs[0][0]["observation"].copy(), rew.copy(), done.copy()))
-    return out
-
-
 def test_state_round_trip_replays_the_same_games():
     a = ConnectFourBatch([5, 6], random_opening=4)
     for k in range(2):
         a.reset_copy(k)
     rng = np.random.default_rng(1)
-    _random_moves(a, rng, 30)
+
+    def moves(env, n):
+        out = []
+        for _ in range(n):
+            cols = [rng.choice(np.flatnonzero(env.heights[k] < 6)) for k in range(2)]
+            acts = np.array([[c, c] for c in cols])
+            obs, rew, term, _, _ = env.step(acts)
+            out.append((obs[0][0]["observation"].copy(), rew.copy(), term.copy()))
+        return out
+
+    moves(a, 30)
     saved = a.get_state()
     b = ConnectFourBatch([0, 0], random_opening=4)
     b.set_state(saved)
     state = rng.bit_generator.state
-    first = _random_moves(a, rng, 60)
+    first = moves(a, 60)
     rng.bit_generator.state = state
-    second = _random_moves(b, rng, 60)
+    second = moves(b, 60)
     for x, y in zip(first, second):
         for u, v in zip(x, y):
             np.testing.assert_array_equal(u, v)
@@ -123,62 +123,3 @@ def test_connect_four_registers_the_batch_with_the_same_flags():
         obs_b, _ = batch.reset_copy(1)
         obs_s, _ = single.reset()
         _same_obs(obs_b, obs_s)
-
-
-def test_midgame_starts_come_from_positions_earlier_games_reached():
-    batch = ConnectFourBatch([1, 2, 3, 4], midgame_prob=1.0)
-    for k in range(4):
-        batch.reset_copy(k)
-    rng = np.random.default_rng(0)
-    seen = set()  # every position a game reached, with the side to move
-    starts = []
-    while len(starts) < 200:
-        cols = [rng.choice(np.flatnonzero(batch.heights[k] < 6)) for k in range(4)]
-        _, _, done, _, infos = batch.step(np.array([[c, c] for c in cols]))
-        for k in range(4):
-            if done[k]:
-                starts.append((batch.cells[k].tobytes(), int(batch.mover[k])))
-                # the first mover of the new game is the one the infos say acts next
-                assert infos[k][int(batch.mover[k])]["acts_next"]
-            else:
-                seen.add((batch.cells[k].tobytes(), int(batch.mover[k])))
-    plies = [np.count_nonzero(np.frombuffer(c, dtype=np.int8)) for c, _ in starts]
-    # the first games had no position to start from; every later one started mid-game
-    later = [(s, p) for s, p in zip(starts, plies) if p > 0]
-    assert len(later) >= 190
-    assert all(8 <= p <= 32 for _, p in later)
-    assert all(s in seen for s, _ in later)
-    assert {m for (_, m), _ in later} == {0, 1}  # either side may be to move
-
-
-def test_midgame_starts_are_off_by_default_and_their_state_round_trips():
-    plain = ConnectFourBatch([5, 6])
-    plain.reset_copy(0), plain.reset_copy(1)
-    _random_moves(plain, np.random.default_rng(2), 200)
-    assert plain.bank_count[0] == 0
-    a = ConnectFourBatch([5, 6], random_opening=4, midgame_prob=0.5)
-    a.reset_copy(0), a.reset_copy(1)
-    rng = np.random.default_rng(1)
-    _random_moves(a, rng, 100)
-    assert a.bank_count[0] > 0
-    saved = a.get_state()
-    b = ConnectFourBatch([0, 0], random_opening=4, midgame_prob=0.5)
-    b.set_state(saved)
-    state = rng.bit_generator.state
-    first = _random_moves(a, rng, 200)
-    rng.bit_generator.state = state
-    second = _random_moves(b, rng, 200)
-    for x, y in zip(first, second):
-        for u, v in zip(x, y):
-            np.testing.assert_array_equal(u, v)
-    with pytest.raises(ValueError, match=r"midgame_prob=1.5: must be in \[0, 1\]"):
-        ConnectFourBatch([0], midgame_prob=1.5)
-
-
-def test_the_midgame_flag_reaches_the_batch():
-    from rl_pbt.config.parse import parse_cfg
-
-    cfg = parse_cfg(["--env=connect_four", "--midgame_start_prob=0.25"])
-    assert make_env_batch("connect_four", cfg, [{"env_id": 0}]).midgame_prob == 0.25
-    with pytest.raises(Exception, match="midgame_start_prob"):
-        parse_cfg(["--env=connect_four", "--midgame_start_prob=2"])
