@@ -674,31 +674,36 @@ class RolloutWorker(ServerActing):
         return np.concatenate([self._rewards(e0 + j, r) for j, r in enumerate(rewards)])
 
     def _store_obs_of(self, lo: int, obs) -> None:
-        """The observations of actors lo, lo + 1, ... (one list per copy), written per key;
-        anything that does not fit goes actor by actor (`_store_obs` names a misfit)."""
+        """The observations of actors lo, lo + 1, ... (one list per copy), written per key.
+        Any that do not fit, or leave an action head no legal action, go actor by actor
+        through `_store_obs`, which names the first bad one."""
         flat = [o for per_copy in obs for o in per_copy]
         hi = lo + len(flat)
-        keys = self.obs_keys
-        space = self.obs_space
-        try:
-            if isinstance(space, gym.spaces.Dict):
-                if any(len(o) != len(keys) for o in flat):
-                    raise KeyError("keys")
-                for key in keys:
-                    self.cur_obs[key][lo:hi] = [o[key] for o in flat]
-            elif isinstance(space, gym.spaces.Discrete):
-                raise TypeError("one-hot")  # encoded actor by actor
-            else:
-                self.cur_obs["obs"][lo:hi] = flat
-        except (ValueError, TypeError, KeyError, IndexError):
+        fits = self._write_obs_rows(lo, hi, flat)
+        if fits and self.mask_heads is not None:
+            rows = self.cur_obs[MASK_KEY][lo:hi] > 0
+            fits = all(rows[:, a:b].any(axis=1).all() for a, b in self.mask_heads)
+        if not fits:
             for j, o in enumerate(flat):
                 self._store_obs(lo + j, o)
-            return
-        if self.mask_heads is not None:
-            rows = self.cur_obs[MASK_KEY][lo:hi] > 0
-            if not all(rows[:, a:b].any(axis=1).all() for a, b in self.mask_heads):
-                for j, o in enumerate(flat):  # raises for the first actor with an empty mask
-                    self._store_obs(lo + j, o)
+
+    def _write_obs_rows(self, lo: int, hi: int, flat: list) -> bool:
+        """Write observations `flat` to rows lo..hi-1 of each key at once; False where they do
+        not fit that way (a Discrete space's are one-hot encoded by `_store_obs`)."""
+        space, keys = self.obs_space, self.obs_keys
+        if isinstance(space, gym.spaces.Discrete):
+            return False
+        try:
+            if not isinstance(space, gym.spaces.Dict):
+                self.cur_obs["obs"][lo:hi] = flat
+                return True
+            if any(len(o) != len(keys) for o in flat):
+                return False
+            for key in keys:
+                self.cur_obs[key][lo:hi] = [o[key] for o in flat]
+            return True
+        except (ValueError, TypeError, KeyError, IndexError):
+            return False
 
     def _count_steps(self, trains: np.ndarray, j0: int, j1: int, lo: int) -> None:
         """Tell the matchmaker of one step of each policy seat of copies j0..j1-1 (relative
