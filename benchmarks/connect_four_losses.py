@@ -12,6 +12,10 @@ Kinds of loss, by the position of the member's last move:
   count of threats);
 - `had a safe move`: some legal move kept the opponent from winning at once, and it played
   another.
+
+Then the score moving first and second, and over all the member's moves: how often it missed
+a win at once, and how often it let the opponent win at once while another move would not
+have (a missed block counts there too).
 """
 
 from __future__ import annotations
@@ -36,6 +40,11 @@ def after_move(board: np.ndarray, col: int) -> np.ndarray:
     out = board.copy()
     out[drop_row(out, col) * COLS + col] = 1
     return out
+
+
+def lets_a_win(board: np.ndarray, move: int) -> bool:
+    """After `move`, the opponent can complete a four at once."""
+    return bool(winning_columns(after_move(board, move), -1))
 
 
 def loss_kind(board: np.ndarray, move: int) -> str:
@@ -69,6 +78,8 @@ def main(argv=None) -> int:
     me = match.make_player(f"p{args.member}", env, play, args.seed)()
     other = match.make_player(args.opponent, env, play, args.seed + 1)()
     scores, kinds, pieces = [], Counter(), []
+    seat_scores: list[list[float]] = [[], []]  # moving first, second
+    moves = Counter()
     for game in range(args.games):
         seats = [me, other] if game % 2 == 0 else [other, me]
         obs, _ = env.reset()
@@ -78,10 +89,19 @@ def main(argv=None) -> int:
             move = int(seats[mover].act(obs[mover]))
             if seats[mover] is me:
                 last = (board_from_obs(obs[mover]), move)
+                moves["moves"] += 1
+                if winning_columns(last[0].copy(), 1):
+                    moves["missed wins"] += move not in winning_columns(last[0].copy(), 1)
+                elif lets_a_win(*last):
+                    legal = [c for c in range(COLS) if last[0][c] == 0]
+                    moves["let a win with a safe move left"] += any(
+                        not lets_a_win(last[0], c) for c in legal
+                    )
             obs, _, term, trunc, infos = env.step([move, move])
             if term[0] or trunc[0]:
                 score = infos[seats.index(me)]["true_objective"]
                 scores.append(score)
+                seat_scores[seats.index(me)].append(score)
                 if score == 0 and last is not None:
                     kinds[loss_kind(*last)] += 1
                     pieces.append(int((last[0] != 0).sum()))
@@ -89,6 +109,10 @@ def main(argv=None) -> int:
     env.close()
     print(f"p{args.member} against {args.opponent}: score {np.mean(scores):.2f} over "
           f"{len(scores)} games, {len(pieces)} lost")  # fmt: skip
+    print(f"  moving first {np.mean(seat_scores[0]):.2f}, second {np.mean(seat_scores[1]):.2f}; "
+          f"of its {moves['moves']} moves: {moves['missed wins']} missed a win at once, "
+          f"{moves['let a win with a safe move left']} let the opponent win at once with a "
+          "safe move left")  # fmt: skip
     for kind, n in kinds.most_common():
         print(f"  {kind}: {n}")
     if pieces:

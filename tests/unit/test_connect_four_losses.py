@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from benchmarks.connect_four_losses import loss_kind
+from benchmarks.connect_four_losses import lets_a_win, loss_kind
 from envs.connect_four import COLS, ROWS
 
 
@@ -34,3 +34,15 @@ def test_each_kind_of_loss():
     forced = board(above, full_columns=range(1, COLS))
     forced[5 * COLS + 0] = 0
     assert loss_kind(forced, move=0) == "forced"
+
+
+def test_lets_a_win():
+    # the opponent's three on row 4 needs (row 4, column 0): a piece in column 0 fills row 5
+    # and lets it in; column 6 does not
+    above = {(4, 1): -1, (4, 2): -1, (4, 3): -1}
+    assert lets_a_win(board(above), move=0)
+    assert not lets_a_win(board(above), move=6)
+    # an open three on the bottom row: any move but a block leaves the win there
+    theirs = {(5, 0): -1, (5, 1): -1, (5, 2): -1}
+    assert lets_a_win(board(theirs), move=6)
+    assert not lets_a_win(board(theirs), move=3)
