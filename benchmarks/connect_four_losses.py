@@ -47,6 +47,11 @@ def lets_a_win(board: np.ndarray, move: int) -> bool:
     return bool(winning_columns(after_move(board, move), -1))
 
 
+def has_safe_move(board: np.ndarray) -> bool:
+    """Some legal move keeps the opponent from completing a four at once."""
+    return any(not lets_a_win(board, c) for c in range(COLS) if board[c] == 0)
+
+
 def loss_kind(board: np.ndarray, move: int) -> str:
     """What the member's last move (`move`, on `board` seen by it) of a lost game was."""
     if winning_columns(board.copy(), 1):
@@ -56,9 +61,7 @@ def loss_kind(board: np.ndarray, move: int) -> str:
         return "two threats"
     if threats:
         return "missed a block" if move not in threats else "blocked, lost on top"
-    legal = [c for c in range(COLS) if board[c] == 0]
-    safe = [c for c in legal if not winning_columns(after_move(board, c), -1)]
-    return "had a safe move" if safe else "forced"
+    return "had a safe move" if has_safe_move(board) else "forced"
 
 
 def main(argv=None) -> int:
@@ -90,13 +93,11 @@ def main(argv=None) -> int:
             if seats[mover] is me:
                 last = (board_from_obs(obs[mover]), move)
                 moves["moves"] += 1
-                if winning_columns(last[0].copy(), 1):
-                    moves["missed wins"] += move not in winning_columns(last[0].copy(), 1)
-                elif lets_a_win(*last):
-                    legal = [c for c in range(COLS) if last[0][c] == 0]
-                    moves["let a win with a safe move left"] += any(
-                        not lets_a_win(last[0], c) for c in legal
-                    )
+                wins_now = winning_columns(last[0].copy(), 1)
+                if wins_now:
+                    moves["missed wins"] += move not in wins_now
+                elif lets_a_win(*last) and has_safe_move(last[0]):
+                    moves["let a win with a safe move left"] += 1
             obs, _, term, trunc, infos = env.step([move, move])
             if term[0] or trunc[0]:
                 score = infos[seats.index(me)]["true_objective"]
