@@ -564,6 +564,14 @@ FLAGS: list[Flag] = [
     ),
     # --- model ---
     Flag("use_rnn", bool, False, "GRU core after the encoder", group="model"),
+    Flag(
+        "actor_critic_share_weights",
+        bool,
+        True,
+        "the policy and the value read one encoder (False: the value has its own layers of "
+        "the same sizes; needs --use_rnn=False)",
+        group="model",
+    ),
     Flag("rnn_size", int, 512, "GRU hidden size", positive, group="model"),
     Flag(
         "encoder_mlp_layers",

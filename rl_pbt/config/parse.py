@@ -705,6 +705,11 @@ def _check_cross_flags(cfg: Cfg) -> None:
             f"--batch_size={cfg.batch_size} must be a multiple of "
             f"--rollout={cfg.rollout} (minibatches hold whole trajectories)"
         )
+    if cfg.use_rnn and not cfg.actor_critic_share_weights:
+        raise ConfigError(
+            "--actor_critic_share_weights=False needs --use_rnn=False: the GRU core is one "
+            "for the policy and the value"
+        )
     if cfg.use_rnn:
         rec = recurrence(cfg)
         if cfg.rollout % rec != 0:
@@ -865,10 +870,16 @@ MODEL_FLAGS = (
     "obs_features",
     "obs_features_set",
     "mirror_symmetry",
+    "actor_critic_share_weights",
 )
 # model flags added after runs were saved without them: the value that gives those runs' model
 # (`obs_features_set`: the env's first, oldest, set; see `with_added_model_flags`)
-MODEL_FLAGS_ADDED = {"obs_features": False, "obs_features_set": "", "mirror_symmetry": False}
+MODEL_FLAGS_ADDED = {
+    "obs_features": False,
+    "obs_features_set": "",
+    "mirror_symmetry": False,
+    "actor_critic_share_weights": True,
+}
 
 
 def with_added_model_flags(saved: dict) -> dict:

@@ -178,9 +178,7 @@ class ActorCritic(nn.Module):
         self.act_spec = action_spec(action_space)
         act = _ACTIVATIONS[cfg.nonlinearity]
         self.normalize_input = bool(cfg.normalize_input)
-        self.encoders = nn.ModuleDict()
         self.obs_norms = nn.ModuleDict()
-        total = 0
         self.mask_key = self.obs_spec.mask_key
         if self.mask_key is not None:
             mask_size = self.obs_spec.shape(self.mask_key)[0]
@@ -199,25 +197,19 @@ class ActorCritic(nn.Module):
         self.features_key, self.obs_features, self.features_size = self._obs_features(cfg)
         self.mirror_key, self.mirror = self._mirror(cfg)
         for key in self.feature_keys:
-            shape = self.obs_spec.shape(key)
-            if len(shape) == 3:
-                net, out = conv_encoder(shape, cfg.encoder_conv_architecture, act)
-            elif len(shape) == 1:
-                extra = self.features_size if key == self.features_key else 0
-                net, out = mlp(shape[0] + extra, list(cfg.encoder_mlp_layers), act)
-                if self.normalize_input:
-                    self.obs_norms[key] = RunningMeanStd(shape)
-            else:
+            if len(self.obs_spec.shape(key)) == 1 and self.normalize_input:
+                self.obs_norms[key] = RunningMeanStd(self.obs_spec.shape(key))
+        self.encoders, self.post, total = self._trunk(cfg, act)
+        # a critic of its own (--actor_critic_share_weights=False): the same layers again, so
+        # the value loss does not pull on the policy's features
+        self.share_weights = bool(getattr(cfg, "actor_critic_share_weights", True))
+        if not self.share_weights:
+            if cfg.use_rnn:
                 raise ValueError(
-                    f"observation {key!r} with shape {shape}: expected a vector or "
-                    f"a channels-first image"
+                    "--actor_critic_share_weights=False needs --use_rnn=False (the GRU core "
+                    "is shared by the policy and the value)"
                 )
-            self.encoders[key] = net
-            total += out
-        if any(self.obs_spec.is_image(k) for k in self.feature_keys):
-            self.post, total = mlp(total, list(cfg.encoder_conv_mlp_layers), act)
-        else:
-            self.post = nn.Identity()
+            self.critic_encoders, self.critic_post, _ = self._trunk(cfg, act)
         self.use_rnn = bool(cfg.use_rnn)
         self.rnn_size = int(cfg.rnn_size) if self.use_rnn else 0
         if self.use_rnn:
@@ -233,6 +225,31 @@ class ActorCritic(nn.Module):
         self.normalize_returns = bool(cfg.normalize_returns)
         nn.init.orthogonal_(self.policy_head.weight, gain=0.01)
         nn.init.zeros_(self.policy_head.bias)
+
+    def _trunk(self, cfg, act) -> tuple[nn.ModuleDict, nn.Module, int]:
+        """The encoder of every observation key and the MLP after them (an identity without
+        images); returns them and the feature size."""
+        encoders = nn.ModuleDict()
+        total = 0
+        for key in self.feature_keys:
+            shape = self.obs_spec.shape(key)
+            if len(shape) == 3:
+                net, out = conv_encoder(shape, cfg.encoder_conv_architecture, act)
+            elif len(shape) == 1:
+                extra = self.features_size if key == self.features_key else 0
+                net, out = mlp(shape[0] + extra, list(cfg.encoder_mlp_layers), act)
+            else:
+                raise ValueError(
+                    f"observation {key!r} with shape {shape}: expected a vector or "
+                    f"a channels-first image"
+                )
+            encoders[key] = net
+            total += out
+        if any(self.obs_spec.is_image(k) for k in self.feature_keys):
+            post, total = mlp(total, list(cfg.encoder_conv_mlp_layers), act)
+        else:
+            post = nn.Identity()
+        return encoders, post, total
 
     def _obs_features(self, cfg) -> tuple[Optional[str], Optional[nn.Module], int]:
         """(the vector key, the module, its output size) of the env's observation features;
@@ -336,8 +353,14 @@ class ActorCritic(nn.Module):
         out[rows] = self.obs_features(raw[rows])
         return out
 
-    def encode(self, obs: dict[str, Tensor], features: Optional[Tensor] = None) -> Tensor:
-        """`features`: the observation features of obs, if computed already."""
+    def encode(
+        self, obs: dict[str, Tensor], features: Optional[Tensor] = None, critic: bool = False
+    ) -> Tensor:
+        """`features`: the observation features of obs, if computed already. `critic`: through
+        the critic's own layers (--actor_critic_share_weights=False)."""
+        encoders, post = self.encoders, self.post
+        if critic:
+            encoders, post = self.critic_encoders, self.critic_post
         feats = []
         for key in self.feature_keys:
             x = obs[key]
@@ -350,8 +373,20 @@ class ActorCritic(nn.Module):
                 if key == self.features_key:
                     f = self.obs_features(raw) if features is None else features.to(x.dtype)
                     x = torch.cat([x, f], dim=-1)
-            feats.append(self.encoders[key](x))
-        return self.post(torch.cat(feats, dim=-1) if len(feats) > 1 else feats[0])
+            feats.append(encoders[key](x))
+        return post(torch.cat(feats, dim=-1) if len(feats) > 1 else feats[0])
+
+    def _value_input(self, obs: dict[str, Tensor], x: Tensor, features: Optional[Tensor]):
+        """What the value head reads: the policy's features x, or the critic's own."""
+        if self.share_weights:
+            return x
+        return self.encode(obs, features, critic=True)
+
+    def _features_once(self, obs: dict[str, Tensor], features: Optional[Tensor]):
+        """The observation features, computed here when a separate critic needs them too."""
+        if features is not None or self.share_weights or self.obs_features is None:
+            return features
+        return self.obs_features(obs[self.features_key].float())
 
     def denormalize_value(self, v: Tensor) -> Tensor:
         if not self.normalize_returns:
@@ -394,13 +429,15 @@ class ActorCritic(nn.Module):
         temperature), continuous ones with their std times temperature; the log-probs are
         those of that distribution."""
         obs, flip = self.canonical(obs)
-        x = self.encode(obs)
+        features = self._features_once(obs, None)
+        x = self.encode(obs, features)
         if self.use_rnn:
             out, h = self.core(x.unsqueeze(0), rnn_state.unsqueeze(0))
             x, rnn_state = out.squeeze(0), h.squeeze(0)
         d = self.dist(self.policy_head(x), self.action_mask(obs), temperature)
         actions = d.argmax() if deterministic else d.sample()
-        values = self.denormalize_value(self.value_head(x).squeeze(-1))
+        v = self.value_head(self._value_input(obs, x, features)).squeeze(-1)
+        values = self.denormalize_value(v)
         log_probs = d.log_prob(actions)
         if flip is not None:  # back to the env's orientation
             actions = self.mirror.actions(actions, flip)
@@ -430,6 +467,7 @@ class ActorCritic(nn.Module):
             actions = self.mirror.actions(actions, flip)
         if features is not None:
             features = features.reshape(n * t, -1)
+        features = self._features_once(flat, features)
         x = self.encode(flat, features)
         if self.use_rnn:
             if plan is None:
@@ -439,7 +477,7 @@ class ActorCritic(nn.Module):
         d = self.dist(self.policy_head(x), self.action_mask(flat))
         logp = d.log_prob(actions).view(n, t)
         entropy = d.entropy().view(n, t)
-        values = self.value_head(x).view(n, t)
+        values = self.value_head(self._value_input(flat, x, features)).view(n, t)
         return logp, entropy, values
 
     def _unroll(self, x: Tensor, rnn_states: Tensor, plan: SequencePlan) -> Tensor:

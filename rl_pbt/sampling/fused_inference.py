@@ -50,6 +50,8 @@ def _mlp_layers(encoder: nn.Module) -> list[tuple[nn.Linear, nn.Module]] | None:
 def _layout(model: ActorCritic) -> tuple:
     """What must agree between models sharing a stack: obs shapes, layer sizes, activations."""
     pairs = [_mlp_layers(model.encoders[k]) for k in model.feature_keys]
+    if not model.share_weights:  # the critic's own layers, as one more branch
+        pairs += [_mlp_layers(model.critic_encoders[k]) for k in model.feature_keys]
     layers = tuple(
         tuple(
             (lin.in_features, lin.out_features, type(act), getattr(act, "alpha", None))
@@ -139,6 +141,8 @@ class FusedPopulationPolicy:
         layers = _layout(model)[2]
         if any(p is None for p in layers):
             return False
+        if not model.share_weights and (len(model.feature_keys) != 1 or not layers[0]):
+            return False  # a critic of its own: one vector key, at least one layer
         # keys share widths and activations (true for `mlp()`), so their layers can be stacked
         return len({tuple(layer[1:] for layer in p) for p in layers}) == 1
 
@@ -168,14 +172,20 @@ class FusedPopulationPolicy:
         self.widths = [lin.out_features for lin, _ in pairs]
         self._act = _activation(pairs[0][1]) if pairs else None
         num_keys = len(self.keys)
-        self._split = num_keys > 1 and num_keys * max(self.widths, default=0) > (
-            self.block_diag_max_width
+        # a critic of its own (one key): a second branch of layers on the same input, run
+        # as a part of its own; the head reads the logits from the first, the value from it
+        self.critic = not template.share_weights
+        self._split = self.critic or (
+            num_keys > 1 and num_keys * max(self.widths, default=0) > self.block_diag_max_width
         )
-        feat = num_keys * self.widths[-1] if self.widths else self.in_dim + self.features_size
+        branches = 2 if self.critic else num_keys
+        feat = branches * self.widths[-1] if self.widths else self.in_dim + self.features_size
 
         r, d = num_rows, self.in_dim
         layers: list[list[tuple[Tensor, Tensor]]] = []
         in_sizes = [n + self.features_size for n in self.dims]  # one key when features
+        if self.critic:
+            in_sizes = in_sizes * 2
         for width in self.widths:
             if self._split:
                 parts = [(torch.zeros(r, n, width), torch.zeros(r, 1, width)) for n in in_sizes]
@@ -184,7 +194,7 @@ class FusedPopulationPolicy:
                 n, m = sum(in_sizes), num_keys * width
                 parts = [(torch.zeros(r, n, m), torch.zeros(r, 1, m))]
             layers.append(parts)
-            in_sizes = [width] * num_keys
+            in_sizes = [width] * branches
 
         if self.act_spec.kind == "discrete":
             nvec = self.act_spec.nvec
@@ -243,6 +253,8 @@ class FusedPopulationPolicy:
                 off += dim
 
         encoders = [_mlp_layers(model.encoders[k]) for k in self.keys]
+        if self.critic:
+            encoders.append(_mlp_layers(model.critic_encoders[self.keys[0]]))
         for i, parts in enumerate(w.layers):
             linears = [pairs[i][0] for pairs in encoders]
             if not self._split:
@@ -264,20 +276,23 @@ class FusedPopulationPolicy:
             self.ret_std[row] = model.ret_norm.std.float()
         # the value column is denormalised in the head: v * std + mean folded into w and b
         scale, shift = self.ret_std[row], self.ret_mean[row]
-        w.head_w[row, :, -1] = vh.weight[0] * scale
+        # with a critic of its own: the policy reads the first branch, the value the second
+        half = self.widths[-1] if self.critic else 0
+        pol = slice(0, half) if self.critic else slice(None)
+        w.head_w[row, half:, -1] = vh.weight[0] * scale
         w.head_b[row, 0, -1] = vh.bias[0] * scale + shift
         if self.act_spec.kind == "discrete":
             off = 0
             for i, n in enumerate(self.act_spec.nvec):
                 col = i * self._head_pad
-                w.head_w[row, :, col : col + n] = ph.weight[off : off + n].T
+                w.head_w[row, pol, col : col + n] = ph.weight[off : off + n].T
                 w.head_b[row, 0, col : col + n] = ph.bias[off : off + n]
                 off += n
         else:
             a = self.act_spec.dim
             log_std = model.log_std.detach().float()
             self.log_std[row] = log_std
-            w.head_w[row, :, :a] = ph.weight.T
+            w.head_w[row, pol, :a] = ph.weight.T
             w.head_b[row, 0, :a] = ph.bias
             w.head_b[row, 0, a : 2 * a] = log_std.exp()
             w.head_b[row, 0, 2 * a : 3 * a] = -1.0 / (2 * (2 * log_std).exp())
@@ -380,7 +395,7 @@ class FusedPopulationPolicy:
 
         act = self._act
         if self._split:
-            xs = x.split(self.dims, dim=-1)
+            xs = [x, x] if self.critic else x.split(self.dims, dim=-1)
             for parts in w.layers:
                 xs = [act(torch.baddbmm(b, xk, wk)) for (wk, b), xk in zip(parts, xs)]
             x = torch.cat(xs, dim=-1)

@@ -55,3 +55,17 @@ def test_serial_one_policy_learns(tmp_path):
     ((mean_return, n, steps),) = last20(os.path.join(tmp_path, "cp1")).values()
     assert n == 20 and steps >= 300_000
     assert mean_return >= 195, f"mean of last 20 episodes {mean_return}"
+
+
+def test_serial_critic_of_its_own_learns(tmp_path):
+    """--actor_critic_share_weights=False end to end: the critic's own layers train beside the
+    policy's (fused acting, learner, checkpoints) and the policy learns as well."""
+    cfg = parse_cfg(
+        FLAGS
+        + ["--serial_mode", "--num_workers=1", f"--train_dir={tmp_path}", "--experiment=own"]
+        + ["--actor_critic_share_weights=False"]
+    )
+    assert train(cfg) == 0
+    ((mean_return, n, steps),) = last20(os.path.join(tmp_path, "own")).values()
+    assert n == 20 and steps >= 300_000
+    assert mean_return >= 195, f"mean of last 20 episodes {mean_return}"

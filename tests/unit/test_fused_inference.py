@@ -115,7 +115,8 @@ def check_against_models(models, fused, obs_space, rows, gen, deterministic: boo
             with torch.no_grad():
                 x = model.encode(sub)
                 ref_lp = model.dist(model.policy_head(x)).log_prob(actions[t])
-                ref_v = model.denormalize_value(model.value_head(x).squeeze(-1))
+                xv = model.encode(sub, critic=True) if not model.share_weights else x
+                ref_v = model.denormalize_value(model.value_head(xv).squeeze(-1))
         torch.testing.assert_close(log_probs[t], ref_lp, rtol=1e-5, atol=1e-5)
         torch.testing.assert_close(values[t], ref_v, rtol=1e-5, atol=1e-5)
 
@@ -158,6 +159,30 @@ def test_keys_in_separate_layers_match(obs, monkeypatch):
     gen = torch.Generator().manual_seed(3)
     for rows in row_layouts(3, np.random.default_rng(4)):
         check_against_models(models, fused, obs_space, rows, gen, deterministic=True)
+
+
+@pytest.mark.parametrize("action", list(ACTION_SPACES))
+def test_critic_of_its_own_matches(action):
+    """--actor_critic_share_weights=False: the critic's layers run as a second branch; the
+    logits come from the policy's, the value from the critic's (each differs from the other)."""
+    obs_space = OBS_SPACES["vector"]
+    cfg = make_cfg((16, 8), True, True, ("--actor_critic_share_weights=False",))
+    models, fused = make_population(obs_space, ACTION_SPACES[action], cfg, 3)
+    assert fused.critic and len(fused._weights.layers[1]) == 2
+    gen = torch.Generator().manual_seed(6)
+    for rows in row_layouts(3, np.random.default_rng(7)):
+        for deterministic in (True, False):
+            check_against_models(models, fused, obs_space, rows, gen, deterministic)
+    # the value does not read the policy's layers
+    with torch.no_grad():
+        for p in models[0].encoders.parameters():
+            p.mul_(2.0)
+    obs = make_obs(obs_space, 4, gen)
+    before = fused.act(obs, np.zeros(4, np.int64), deterministic=True)[2]
+    fused.load(0, models[0])
+    after = fused.act(obs, np.zeros(4, np.int64), deterministic=True)[2]
+    torch.testing.assert_close(before, after)
+    check_against_models(models, fused, obs_space, np.array([0, 0, 1]), gen, True)
 
 
 def test_encoder_without_layers():
@@ -236,6 +261,9 @@ def test_supported():
         }
     )
     assert not FusedPopulationPolicy.supported(make_actor_critic(image, discrete, cfg))
+    own = make_cfg((16,), True, True, ("--actor_critic_share_weights=False",))
+    assert FusedPopulationPolicy.supported(make_actor_critic(OBS_SPACES["vector"], discrete, own))
+    assert not FusedPopulationPolicy.supported(make_actor_critic(OBS_SPACES["dict"], discrete, own))
     rnn_cfg = make_cfg((16,), True, True, ("--use_rnn", "--rnn_size=8"))
     rnn = make_actor_critic(OBS_SPACES["vector"], discrete, rnn_cfg)
     assert not FusedPopulationPolicy.supported(rnn)

@@ -1,8 +1,10 @@
 import gymnasium as gym
 import numpy as np
+import pytest
 import torch
 
 from rl_pbt import parse_cfg
+from rl_pbt.config.parse import ConfigError
 from rl_pbt.models.action_dist import ActionDistribution, action_spec
 from rl_pbt.models.actor_critic import make_actor_critic
 from rl_pbt.models.normalizer import RunningMeanStd
@@ -94,3 +96,70 @@ def test_image_and_vector_inputs_use_conv_and_mlp():
     obs = {"obs": torch.zeros(2, 3, 72, 128, dtype=torch.uint8), "measurements": torch.zeros(2, 5)}
     a, lp, v, _ = model.act(obs, None)
     assert a.shape == (2, 1) and lp.shape == (2,) and v.shape == (2,)
+
+
+def test_critic_of_its_own_keeps_the_losses_apart():
+    """--actor_critic_share_weights=False: the value loss moves only the critic's layers and
+    the policy's loss only the policy's; acting and evaluate agree on values and log-probs."""
+    argv = ["--env=CartPole-v1", "--encoder_mlp_layers", "32", "16"]
+    cfg = parse_cfg([*argv, "--actor_critic_share_weights=False"])
+    env_space = gym.spaces.Dict(
+        {
+            "observation": gym.spaces.Box(0, 1, (84,), np.float32),
+            "action_mask": gym.spaces.Box(0, 1, (7,), np.int8),
+        }
+    )
+    torch.manual_seed(0)
+    model = make_actor_critic(env_space, gym.spaces.Discrete(7), cfg)
+    shared = make_actor_critic(env_space, gym.spaces.Discrete(7), parse_cfg(argv))
+    own = sum(p.numel() for p in model.parameters())
+    head = model.value_head.weight.numel() + 1
+    critic = sum(p.numel() for p in model.critic_encoders.parameters())
+    assert own == sum(p.numel() for p in shared.parameters()) + critic
+    assert critic == sum(p.numel() for p in model.encoders.parameters()) > head
+    gen = torch.Generator().manual_seed(1)
+    cells = torch.randint(0, 3, (3, 5, 42), generator=gen)
+    obs = {
+        "observation": torch.cat([(cells == 1).float(), (cells == 2).float()], dim=-1),
+        "action_mask": (torch.rand(3, 5, 7, generator=gen) > 0.3).to(torch.int8),
+    }
+    obs["action_mask"][..., 3] = 1
+    flat = {k: v.reshape(15, *v.shape[2:]) for k, v in obs.items()}
+    actions, logp_act, values_act, _ = model.act(flat, None)
+    logp, entropy, values = model.evaluate(obs, actions.view(3, 5, 1), None, torch.zeros(3, 5), 1)
+    torch.testing.assert_close(logp.reshape(-1), logp_act)
+    torch.testing.assert_close(model.denormalize_value(values).reshape(-1), values_act)
+
+    def grads(loss):
+        model.zero_grad()
+        loss.backward(retain_graph=True)
+        return {n for n, p in model.named_parameters() if p.grad is not None and p.grad.any()}
+
+    value_moves = grads(values.square().mean())
+    policy_moves = grads(-(logp + 0.01 * entropy).mean())
+    assert value_moves and all(n.startswith(("critic_", "value_head")) for n in value_moves)
+    assert policy_moves and all(n.startswith(("encoders.", "policy_head")) for n in policy_moves)
+
+
+def test_critic_of_its_own_needs_no_rnn():
+    with pytest.raises(ConfigError, match="--actor_critic_share_weights=False needs --use_rnn"):
+        parse_cfg(["--env=CartPole-v1", "--actor_critic_share_weights=False", "--use_rnn"])
+
+
+def test_critic_of_its_own_is_part_of_the_model(tmp_path):
+    """A run saved before the flag existed shared the weights; resuming it with a critic of
+    its own is refused by name, as for any flag that changes the network."""
+    import json
+
+    from rl_pbt.config.parse import resume_mismatches
+    from rl_pbt.models.loading import experiment_cfg
+
+    saved = parse_cfg(["--env=CartPole-v1"]).to_dict()
+    del saved["actor_critic_share_weights"]
+    (tmp_path / "config.json").write_text(json.dumps(saved))
+    assert experiment_cfg(str(tmp_path)).actor_critic_share_weights is True
+    own = parse_cfg(["--env=CartPole-v1", "--actor_critic_share_weights=False"])
+    assert resume_mismatches(own, saved) == [
+        "--actor_critic_share_weights=False (the run has True)"
+    ]
+    assert resume_mismatches(parse_cfg(["--env=CartPole-v1"]), saved) == []
