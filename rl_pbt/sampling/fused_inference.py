@@ -214,6 +214,11 @@ class FusedPopulationPolicy:
         if self.act_spec.kind == "discrete":
             head_b[:, :, :num_logits] = _PAD_LOGIT
         self._num_logits = num_logits
+        # the head's input rows each head reads: with a critic of its own, the policy's
+        # branch comes first, the critic's after it; otherwise both read all of them
+        branch = self.widths[-1] if self.critic else 0
+        self._policy_rows = slice(0, branch or None)
+        self._value_rows = slice(branch, None)
         norm = self.normalize_input
         self._weights = _Weights(
             norm_mean=torch.zeros(r, 1, d) if norm else None,
@@ -276,23 +281,20 @@ class FusedPopulationPolicy:
             self.ret_std[row] = model.ret_norm.std.float()
         # the value column is denormalised in the head: v * std + mean folded into w and b
         scale, shift = self.ret_std[row], self.ret_mean[row]
-        # with a critic of its own: the policy reads the first branch, the value the second
-        half = self.widths[-1] if self.critic else 0
-        pol = slice(0, half) if self.critic else slice(None)
-        w.head_w[row, half:, -1] = vh.weight[0] * scale
+        w.head_w[row, self._value_rows, -1] = vh.weight[0] * scale
         w.head_b[row, 0, -1] = vh.bias[0] * scale + shift
         if self.act_spec.kind == "discrete":
             off = 0
             for i, n in enumerate(self.act_spec.nvec):
                 col = i * self._head_pad
-                w.head_w[row, pol, col : col + n] = ph.weight[off : off + n].T
+                w.head_w[row, self._policy_rows, col : col + n] = ph.weight[off : off + n].T
                 w.head_b[row, 0, col : col + n] = ph.bias[off : off + n]
                 off += n
         else:
             a = self.act_spec.dim
             log_std = model.log_std.detach().float()
             self.log_std[row] = log_std
-            w.head_w[row, pol, :a] = ph.weight.T
+            w.head_w[row, self._policy_rows, :a] = ph.weight.T
             w.head_b[row, 0, :a] = ph.bias
             w.head_b[row, 0, a : 2 * a] = log_std.exp()
             w.head_b[row, 0, 2 * a : 3 * a] = -1.0 / (2 * (2 * log_std).exp())
