@@ -795,6 +795,15 @@ FLAGS: list[Flag] = [
         group="selfplay",
     ),
     Flag(
+        "selfplay_snapshot_temperature",
+        float,
+        1.0,
+        "frozen snapshots sample their moves from softmax(logits / T) (continuous actions: std "
+        "x T); below 1 they play sharper than the policy they froze",
+        positive,
+        group="selfplay",
+    ),
+    Flag(
         "selfplay_scripted_prob",
         float,
         0.0,

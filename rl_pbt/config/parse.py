@@ -733,6 +733,12 @@ def _check_cross_flags(cfg: Cfg) -> None:
             "--pbt_target_objective=vs_snapshots ranks on games against frozen snapshots: "
             f"it needs --selfplay_snapshot_prob > 0 (got {cfg.selfplay_snapshot_prob})"
         )
+    if cfg.selfplay_snapshot_temperature != 1.0 and cfg.selfplay_snapshot_prob <= 0:
+        raise ConfigError(
+            f"--selfplay_snapshot_temperature={cfg.selfplay_snapshot_temperature} sets how "
+            "frozen snapshots play: it needs --selfplay_snapshot_prob > 0 (got "
+            f"{cfg.selfplay_snapshot_prob})"
+        )
     target = cfg.pbt_target_objective
     if target.startswith("vs_scripted"):
         name = target.partition(":")[2]

@@ -103,7 +103,8 @@ class Matchmaker(ABC):
     mix_policies_in_one_env=False puts the first seat's policy in every seat (one policy per
     env); True draws every other seat from `opponent_probs`. Independently, each seat after the
     first goes to a uniformly drawn snapshot with probability `snapshot_prob` (when the pool
-    has any). Policies come back as ints, snapshots as their string ids.
+    has any); an episode with a snapshot then shuffles its seats, since in turn-based games
+    they are the order of play. Policies come back as ints, snapshots as their string ids.
 
     With a scripted player (`scripted`: its seat id and a probability), an episode plays one
     policy, in a random seat, against it in every other seat, with that probability.
@@ -157,6 +158,10 @@ class Matchmaker(ABC):
                 seats.append(first)
             else:
                 seats.append(int(rng.choice(self.num_policies, p=probs)))
+        if any(is_snapshot(s) for s in seats):
+            # seats can be turns (who moves first): the live member takes any of them, so it
+            # practises every turn against snapshots, as the snapshots do
+            rng.shuffle(seats)
         return seats
 
 

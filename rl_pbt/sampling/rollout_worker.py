@@ -567,7 +567,10 @@ class RolloutWorker(ServerActing):
             model = self._model_for(seat)
             idx = np.asarray(actors)
             obs = {k: torch.from_numpy(self.cur_obs[k][idx]) for k in self.obs_keys}
-            a, lp, v, h_after = model.act(obs, h_before[idx] if self.rnn_size else None)
+            h = h_before[idx] if self.rnn_size else None
+            # a snapshot's seat trains nothing: its log-probs and values are not read
+            t = self.cfg.selfplay_snapshot_temperature if is_snapshot(seat) else 1.0
+            a, lp, v, h_after = model.act(obs, h, temperature=t)
             actions[idx] = a.numpy().reshape(len(idx), -1)
             logp[idx], values[idx] = lp.numpy(), v.numpy()
             if self.rnn_size:

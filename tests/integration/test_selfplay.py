@@ -85,6 +85,50 @@ def test_pbt_ranks_on_games_against_snapshots(tmp_path):
     assert set(scores) <= {0.0, 0.5, 1.0}
 
 
+def test_snapshots_play_at_their_temperature(tmp_path, monkeypatch):
+    """--selfplay_snapshot_temperature: the frozen snapshots' seats sample at T, the live
+    members' seats at 1 (serial mode: the rollout worker acts in this process)."""
+    import envs  # noqa: F401
+    from rl_pbt.models.actor_critic import ActorCritic
+
+    seen = []
+    act = ActorCritic.act
+
+    def recording_act(self, obs, rnn_state, deterministic=False, temperature=1.0):
+        seen.append(temperature)
+        return act(self, obs, rnn_state, deterministic, temperature)
+
+    monkeypatch.setattr(ActorCritic, "act", recording_act)
+    cfg = parse_cfg(
+        [
+            "--env=arena_duel",
+            "--num_policies=2",
+            "--serial_mode",
+            "--fused_inference=False",
+            *SMALL_RUN,
+            "--selfplay_snapshot_prob=1.0",
+            "--selfplay_snapshot_every_env_steps=1000",
+            "--selfplay_snapshot_temperature=0.25",
+            "--train_for_env_steps=5000",
+            "--train_for_seconds=120",
+            f"--train_dir={tmp_path}",
+            "--experiment=t",
+        ]
+    )
+    assert train(cfg) == 0
+    assert set(seen) == {1.0, 0.25} and seen.count(0.25) > 10
+
+
+def test_snapshot_temperature_needs_snapshots():
+    import pytest
+
+    import envs  # noqa: F401
+    from rl_pbt.config.parse import ConfigError
+
+    with pytest.raises(ConfigError, match="--selfplay_snapshot_temperature=0.5 .*--selfplay_snap"):
+        parse_cfg(["--env=arena_duel", "--selfplay_snapshot_temperature=0.5"])
+
+
 def test_vs_snapshots_needs_snapshots():
     import pytest
 

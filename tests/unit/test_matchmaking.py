@@ -122,12 +122,11 @@ def test_snapshot_prob_half_gives_about_half_the_opponent_seats(kind, mix):
     mm = make_matchmaker(kind, 4, mix, 0.5, ratings=EloRatings(), pool=pool)
     rng = np.random.default_rng(99)
     episodes = [mm.assign(4, rng) for _ in range(4000)]
-    assert not any(is_snapshot(ep[0]) for ep in episodes)  # the first seat is never a snapshot
-    opponent_seats = [s for ep in episodes for s in ep[1:]]
-    n = len(opponent_seats)
-    frac = sum(is_snapshot(s) for s in opponent_seats) / n
+    assert all(any(not is_snapshot(s) for s in ep) for ep in episodes)  # a live member plays
+    n = 3 * len(episodes)  # the opponent seats, wherever the shuffle put them
+    frac = sum(is_snapshot(s) for ep in episodes for s in ep) / n
     assert abs(frac - 0.5) < 4 * math.sqrt(0.25 / n)
-    snaps = Counter(s for s in opponent_seats if is_snapshot(s))
+    snaps = Counter(s for ep in episodes for s in ep if is_snapshot(s))
     assert chi_square(snaps, pool.ids(), [1 / 3] * 3) < 13.82  # df=2, p=0.001
     if not mix:
         for ep in episodes:
@@ -140,7 +139,21 @@ def test_snapshot_prob_with_empty_pool_falls_back_to_policies():
     rng = np.random.default_rng(5)
     assert all(isinstance(s, int) for s in mm.assign(3, rng))
     pool.add("snap:0@10")  # the provider is live: later episodes see the new snapshot
-    assert mm.assign(3, rng)[1:] == ["snap:0@10", "snap:0@10"]
+    seats = mm.assign(3, rng)
+    assert [s for s in seats if is_snapshot(s)] == ["snap:0@10"] * 2  # and a live member
+
+
+def test_live_member_takes_any_seat_against_snapshots():
+    """Seats are turns in turn-based games: against a snapshot the member moves first in about
+    half of the episodes, and the snapshots in the other half (the seat order was fixed)."""
+    pool = SnapshotPool(2)
+    pool.add(snapshot_id(0, 100))
+    mm = make_matchmaker("uniform", 2, True, 1.0, pool=pool)
+    rng = np.random.default_rng(3)
+    episodes = [mm.assign(2, rng) for _ in range(2000)]
+    assert all(sum(is_snapshot(s) for s in ep) == 1 for ep in episodes)
+    first = sum(not is_snapshot(ep[0]) for ep in episodes) / len(episodes)
+    assert abs(first - 0.5) < 4 * math.sqrt(0.25 / len(episodes))
 
 
 def test_pool_is_bounded_fifo_and_returns_evicted_id():
