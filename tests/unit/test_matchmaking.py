@@ -140,7 +140,8 @@ def test_snapshot_prob_with_empty_pool_falls_back_to_policies():
     assert all(isinstance(s, int) for s in mm.assign(3, rng))
     pool.add("snap:0@10")  # the provider is live: later episodes see the new snapshot
     seats = mm.assign(3, rng)
-    assert [s for s in seats if is_snapshot(s)] == ["snap:0@10"] * 2  # and a live member
+    assert [s for s in seats if is_snapshot(s)] == ["snap:0@10"] * 2
+    assert sum(isinstance(s, int) for s in seats) == 1  # the live member, in any seat
 
 
 def test_live_member_takes_any_seat_against_snapshots():
