@@ -322,6 +322,11 @@ class Runner:
                 "--pbt_target_objective=vs_snapshots ranks on games against frozen snapshots: "
                 f"it needs a multi-agent env, and --env={cfg.env} has one agent"
             )
+        if cfg.selfplay_snapshot_prob > 0 and not self.use_snapshots:  # not silently ignored
+            raise ConfigError(
+                f"--selfplay_snapshot_prob={cfg.selfplay_snapshot_prob:g}: frozen snapshots are "
+                f"opponents in self-play, and --env={cfg.env} has one agent; leave the flag out"
+            )
 
         check_experiment_dir(cfg)
         # devices and the start method, before anything is written: a config error (say

@@ -146,3 +146,14 @@ def test_vs_snapshots_needs_a_multiagent_env(tmp_path, capsys):
     flags += ["--pbt_target_objective=vs_snapshots", "--selfplay_snapshot_prob=0.5"]
     assert main(flags) == 2
     assert "--env=lure has one agent" in capsys.readouterr().err
+
+
+def test_snapshots_need_a_multiagent_env(tmp_path, capsys):
+    """Snapshots asked of a one-agent env stop the run (they were silently left out)."""
+    from launch.train import main
+
+    flags = ["--env=lure", "--num_policies=2", f"--train_dir={tmp_path}"]
+    assert main([*flags, "--selfplay_snapshot_prob=0.25"]) == 2
+    err = capsys.readouterr().err
+    assert "--selfplay_snapshot_prob=0.25" in err and "--env=lure has one agent" in err
+    assert list(tmp_path.iterdir()) == []  # stopped before anything was written
