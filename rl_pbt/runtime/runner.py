@@ -317,12 +317,13 @@ class Runner:
             self.policy_values = load_policy_values(cfg.policy_values, cfg.num_policies)
             check_shaping_keys(self.policy_values, flatten_shaping(self.default_shaping), cfg.env)
         self.use_snapshots = cfg.selfplay_snapshot_prob > 0 and self.num_agents > 1
-        if cfg.with_pbt and cfg.pbt_target_objective == "vs_snapshots" and not self.use_snapshots:
-            raise ConfigError(
-                "--pbt_target_objective=vs_snapshots ranks on games against frozen snapshots: "
-                f"it needs a multi-agent env, and --env={cfg.env} has one agent"
-            )
-        if cfg.selfplay_snapshot_prob > 0 and not self.use_snapshots:  # not silently ignored
+        if cfg.selfplay_snapshot_prob > 0 and not self.use_snapshots:  # one agent: refused
+            # (parse_cfg has made sure vs_snapshots comes with --selfplay_snapshot_prob)
+            if cfg.with_pbt and cfg.pbt_target_objective == "vs_snapshots":
+                raise ConfigError(
+                    "--pbt_target_objective=vs_snapshots ranks on games against frozen "
+                    f"snapshots: it needs a multi-agent env, and --env={cfg.env} has one agent"
+                )
             raise ConfigError(
                 f"--selfplay_snapshot_prob={cfg.selfplay_snapshot_prob:g}: frozen snapshots are "
                 f"opponents in self-play, and --env={cfg.env} has one agent; leave the flag out"
