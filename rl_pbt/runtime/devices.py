@@ -61,11 +61,16 @@ def _nvml_count() -> Optional[int]:
         return None
 
 
-def _child_count() -> int:
-    """Ask a short-lived child process, so this process never initialises CUDA."""
+def torch_built_for_gpus() -> bool:
+    """Whether torch is a CUDA or ROCm build (read from the build: touches no GPU)."""
     import torch
 
-    if torch.version.cuda is None and getattr(torch.version, "hip", None) is None:
+    return torch.version.cuda is not None or getattr(torch.version, "hip", None) is not None
+
+
+def _child_count() -> int:
+    """Ask a short-lived child process, so this process never initialises CUDA."""
+    if not torch_built_for_gpus():
         return 0  # a CPU build of torch: no CUDA to find, and no need to start a child
     try:
         out = subprocess.run(

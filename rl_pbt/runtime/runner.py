@@ -80,6 +80,7 @@ from rl_pbt.runtime.devices import (
     device_map,
     fresh_seed,
     resolve_start_method,
+    torch_built_for_gpus,
     uses_cuda,
     visible_gpu_count,
 )
@@ -353,7 +354,7 @@ class Runner:
         self.num_policies = cfg.num_policies
 
         template = self.make_model()
-        _warm_up_imports(template)
+        _warm_up_imports(template, self.start_method)
         self.n_params = sum(p.numel() for p in template.parameters())
         traj_per_iter = cfg.batch_size * cfg.num_batches_per_epoch // cfg.rollout
         actors = cfg.num_workers * cfg.num_envs_per_worker * self.num_agents
@@ -1249,11 +1250,19 @@ def _log_signal_while_stopping(signum, frame) -> None:
     log(f"{signal.Signals(signum).name} while stopping: still saving, please wait")
 
 
-def _warm_up_imports(model) -> None:
+def _warm_up_imports(model, start_method: str) -> None:
     """One backward pass here, before forking, so the modules torch imports lazily on first
     use are loaded once and shared copy-on-write, instead of slowly in every child. No
     optimiser step: torch's optimisers ask CUDA whether a graph capture is under way, and the
-    main process never touches CUDA."""
+    main process never touches CUDA.
+
+    None when children fork and torch is a GPU build: there the first backward pass starts
+    autograd's threads for the machine's GPUs, and every forked child then refuses autograd
+    ("Unable to handle autograd's threading in combination with fork-based multiprocessing"):
+    a run with --device=cpu on a machine with a GPU. On a GPU build without a GPU the children
+    only lose the shared imports."""
+    if start_method == "fork" and torch_built_for_gpus():
+        return
     loss = sum(p.sum() for p in model.parameters()) * 0.0
     loss.backward()
     torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)

@@ -53,6 +53,11 @@ def without_wandb(monkeypatch, tmp):
     monkeypatch.setitem(sys.modules, "wandb", None)  # find_spec then reports it missing
 
 
+def needs_ray(monkeypatch, tmp):
+    # without Ray, --ray_address stops at "needs Ray" before this case's own check
+    pytest.importorskip("ray")
+
+
 def unwritable(monkeypatch, tmp):
     # tests may run as root, for whom every folder is writable: simulate the refusal
     real = os.access
@@ -144,6 +149,7 @@ CASES = [
             "--pbt_target_objective=elo",
         ],
         ["--pbt_target_objective=elo", "multi-agent", "--env=CartPole-v1"],
+        setup=needs_ray,
     ),
     Case("ray_serial", ["--ray_address=local", "--serial_mode"], ["drop --serial_mode"]),
     Case("ray_node_dir", ["--ray_node_dir=/tmp/n"], ["--ray_node_dir='/tmp/n'", "--ray_address"]),

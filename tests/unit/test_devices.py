@@ -88,3 +88,35 @@ def test_broken_nvml_falls_back_to_a_child_probe(monkeypatch):
     monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
     monkeypatch.setattr(devices, "_child_count", lambda: 3)
     assert devices.probe_gpu_count() == 3
+
+
+@pytest.mark.parametrize("cuda, hip, built", [(None, None, False), ("12.1", None, True),
+                                              (None, "6.0", True)])  # fmt: skip
+def test_torch_built_for_gpus_reads_the_build(monkeypatch, cuda, hip, built):
+    import torch
+
+    monkeypatch.setattr(torch.version, "cuda", cuda)
+    monkeypatch.setattr(torch.version, "hip", hip, raising=False)
+    assert devices.torch_built_for_gpus() is built
+
+
+@pytest.mark.parametrize(
+    "gpu_build, method, warmed",
+    [(False, "fork", True), (True, "fork", False), (True, "forkserver", True),
+     (True, "spawn", True)],
+)  # fmt: skip
+def test_no_backward_before_forking_with_a_gpu_build(monkeypatch, gpu_build, method, warmed):
+    """With a GPU build of torch on a machine with a GPU, a backward pass in the parent starts
+    autograd's device threads and every forked learner then fails its first update: the
+    warm-up before forking leaves autograd alone there."""
+    import torch
+
+    from rl_pbt.runtime import runner
+
+    monkeypatch.setattr(runner, "torch_built_for_gpus", lambda: gpu_build)
+    model = torch.nn.Linear(3, 2)
+    passes = []
+    model.weight.register_hook(lambda grad: passes.append(grad.shape))
+    runner._warm_up_imports(model, method)
+    assert bool(passes) is warmed
+    assert all(p.grad is None for p in model.parameters())
