@@ -342,12 +342,9 @@ FLAGS = [
 # (2 epochs) took the env steps of one member's self-play from 2.5M to 4.8M in 4 minutes.
 # Self-play collapses to a few near-deterministic games without help: up to 8 random opening
 # moves and a 10x entropy bonus kept its entropy at 0.4-0.5 (about 0.1 without) and lifted it
-# from 0.65 to 0.90 against random play. Up to 4 moves later gave stronger populations
-# against alpha-beta depth 2 than 8 on two seeds of three after 30 minutes (mean of the best
-# members 0.61 against 0.51), more games starting near the empty board that scored games
-# start from (benchmarks/RESULTS.md)
+# from 0.65 to 0.90 against random play (benchmarks/RESULTS.md)
 SPEED = {"num_envs_per_worker": 32, "batch_size": 4096, "num_epochs": 2}
-VARIETY = {"random_opening_moves": 4, "exploration_loss_coeff": 0.03}
+VARIETY = {"random_opening_moves": 8, "exploration_loss_coeff": 0.03}
 register_pettingzoo_aec_env(
     "connect_four",
     make_connect_four,
