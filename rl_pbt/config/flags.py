@@ -377,7 +377,8 @@ FLAGS: list[Flag] = [
         "auto",
         "where actions are computed. local: in each rollout worker (CPU); device: one "
         "inference process per device batches the requests of every worker for the policies "
-        "placed on it; auto: device when the policies are on CUDA, else local",
+        "placed on it; auto: device when the policies are on CUDA and have image inputs or "
+        "1M parameters or more, else local",
         choices=["auto", "local", "device"],
         group="sampling",
     ),

@@ -152,6 +152,26 @@ def resolve_start_method(flag: str, cuda: bool) -> str:
     return flag
 
 
+# --inference=auto on CUDA: a policy below this many parameters and without image inputs acts
+# in the workers. On one H200 with 16 cores, the inference process ran 4.9x fewer frames/s than
+# the workers acting themselves for connect four (161k parameters) and 5.1x fewer for the arena
+# (23k; benchmarks/RESULTS.md): for a small policy its per-call overhead costs more than the
+# forward pass
+SMALL_POLICY_PARAMS = 1_000_000
+
+
+def resolve_inference(flag: str, cuda: bool, has_images: bool, n_params: int) -> tuple[str, str]:
+    """--inference: (mode, why). auto serves a policy from one inference process per device
+    when the policies are on CUDA and large or image-based, else acts in the workers."""
+    if flag != "auto":
+        return flag, ""
+    if not cuda:
+        return "local", "auto: the policies are on the CPU"
+    if has_images or n_params >= SMALL_POLICY_PARAMS:
+        return "device", "auto: on CUDA, " + ("image inputs" if has_images else "a large policy")
+    return "local", f"auto: on CUDA, a small policy (under {SMALL_POLICY_PARAMS:,} parameters)"
+
+
 def describe(device_of: dict[int, str], num_gpus: Optional[int] = None) -> str:
     groups: dict[str, list[int]] = {}
     for p, d in device_of.items():

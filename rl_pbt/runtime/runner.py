@@ -79,6 +79,7 @@ from rl_pbt.runtime.devices import (
     describe,
     device_map,
     fresh_seed,
+    resolve_inference,
     resolve_start_method,
     torch_built_for_gpus,
     uses_cuda,
@@ -144,7 +145,8 @@ class ComponentFailure(RuntimeError):
 # dies this many times within RESTART_WINDOW_S stops the run
 WORKER_DEATHS_ALLOWED = 3
 RESTART_WINDOW_S = 600.0
-STOP_GRACE_S = 30.0  # a stuck runner waits this long for the children to save, then ends
+STOP_GRACE_S = 30.0  # children get this long to stop and save; a stuck runner waits as long
+HUNG_STOP_GRACE_S = 2.0  # a worker or inference process that stopped answering gets this
 # rl-pbt-train sets this to its own command line (with --restart_behavior=resume): a jammed run
 # restarts itself with it from its last checkpoints (--restart_on_jam)
 REEXEC_ARGV: Optional[list[str]] = None
@@ -387,9 +389,12 @@ class Runner:
                 self.learner_queues[p] = q
         self.worker_queues = [make_queue(cfg.serial_mode) for _ in range(cfg.num_workers)]
         self.inference = None  # InferencePlan with --inference=device
-        self.inference_mode = cfg.inference
-        if self.inference_mode == "auto":
-            self.inference_mode = "device" if self.uses_cuda else "local"
+        self.inference_mode, self.inference_why = resolve_inference(
+            cfg.inference,
+            self.uses_cuda,
+            any(template.obs_spec.is_image(k) for k in template.obs_spec.keys),
+            self.n_params,
+        )
         if self.inference_mode == "device":
             io = InferenceIO.allocate(
                 cfg.num_workers,
@@ -443,6 +448,7 @@ class Runner:
         # a component went silent soon after a worker death, or a learner or server died by a
         # signal: rl-pbt-train then restarts the whole run from its checkpoints
         self.jammed = False
+        self.silent_rows: set[int] = set()  # heartbeat rows found not answering
         self.worker_restarts = 0
         self._loop_alive = time.monotonic()  # the watchdog's view of the main loop
         self.proc_hb: dict[str, int] = {}  # process name -> its (first) heartbeat row
@@ -547,7 +553,8 @@ class Runner:
         )
         seed_note = "" if cfg.seed is not None else f" (random; --seed={self.run_seed} repeats it)"
         mode = "serial mode" if cfg.serial_mode else f"children start by {self.start_method}"
-        mode += f"; {self.inference_mode} inference"
+        why = f" ({self.inference_why})" if self.inference_why and self.uses_cuda else ""
+        mode += f"; {self.inference_mode} inference{why}"
         log(f"seed {self.run_seed}{seed_note}; {mode}")
         if cfg.with_pbt and self.default_shaping is not None:
             log(f"PBT reward shaping defaults: {self.default_shaping}")
@@ -843,6 +850,7 @@ class Runner:
         stale = self.heartbeats.stale(self.cfg.heartbeat_timeout)
         if stale:
             idx, silent = stale[0]
+            self.silent_rows = {i for i, _ in stale}
             deaths = [t for times in self.worker_deaths.values() for t in times]
             if deaths and time.monotonic() - max(deaths) < JAM_AFTER_DEATH_S:
                 self.jammed = True  # most likely on a queue the dead worker left locked
@@ -867,7 +875,11 @@ class Runner:
                 "what they can, then every process ends"
             )
             self.stop_flag[0] = 1
-            time.sleep(STOP_GRACE_S)
+            # the learners' saves are what matters: go on once they have all ended
+            savers = [p for p in self.processes if p.name.startswith("learner")]
+            deadline = time.monotonic() + STOP_GRACE_S
+            while any(p.is_alive() for p in savers) and time.monotonic() < deadline:
+                time.sleep(0.2)
             for proc in self.processes:
                 if proc.is_alive():
                     proc.kill()
@@ -929,20 +941,30 @@ class Runner:
                 q.put(stop, timeout=5)
             except Exception as e:  # a full or broken queue must not stop the others' saves
                 log(f"could not send stop: {e!r}")
-        deadline = time.time() + 30
+        start = time.time()
+        hung = {p.name for p in self.processes if self._stop_grace(p.name) < STOP_GRACE_S}
         for proc in self.processes:
+            deadline = start + self._stop_grace(proc.name)
             while proc.is_alive() and time.time() < deadline:
                 proc.join(timeout=0.1)
                 self._consume_reports(raise_errors=False)
         for proc in self.processes:
             if proc.is_alive():
-                log(f"{proc.name} did not stop in time; terminating it")
+                why = "still not answering" if proc.name in hung else "did not stop in time"
+                log(f"{proc.name} {why}; terminating it")
                 proc.terminate()
         self._consume_reports(raise_errors=False)
         self._save_side_state()
         self.stats.status_line(
             self.env_steps, self.versions, time.time() - self.start_time, force=True
         )
+
+    def _stop_grace(self, name: str) -> float:
+        """Seconds a child gets to stop by itself: a worker or inference process that already
+        stopped answering is not waited for (it holds no training state), a learner always gets
+        the full time to save."""
+        silent = self.proc_hb.get(name) in self.silent_rows
+        return HUNG_STOP_GRACE_S if silent and not name.startswith("learner") else STOP_GRACE_S
 
     # --- the observer loop ------------------------------------------------------------------
     def _tick(self, final: bool = False) -> bool:

@@ -30,7 +30,7 @@ def summary(exp_dir):
 @pytest.mark.parametrize(
     "extra",
     [
-        [],
+        ["--inference=device"],
         ["--inference=local", "--mp_start_method=spawn"],
         ["--learner_processes=per_device", "--amp"],
     ],
@@ -89,6 +89,7 @@ def test_snapshot_selfplay_with_device_inference(tmp_path):
         + [
             "--env=arena_duel",
             "--device=gpu",
+            "--inference=device",
             "--num_policies=4",
             "--with_pbt",
             "--pbt_period_env_steps=10000",

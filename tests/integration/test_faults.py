@@ -294,10 +294,10 @@ def test_jam_restarts_are_bounded_and_need_the_command_line(monkeypatch):
 
 def test_killed_learner_restarts_the_whole_run_from_its_checkpoints(tmp_path):
     exp_dir = os.path.join(tmp_path, "r")
-    cmd = train_cmd(tmp_path, "r", "--train_for_env_steps=150000", "--heartbeat_timeout=10")
+    cmd = train_cmd(tmp_path, "r", "--train_for_env_steps=60000", "--heartbeat_timeout=10")
     status, log = run_and_kill_learner_1(exp_dir, cmd, 240)
     assert status == 0, log[-3000:]
     assert "restarting the whole run from its last checkpoints" in log, log[-3000:]
     assert "resumed at version" in log.split("restarting the whole run")[1], log[-3000:]
     for p in (0, 1):
-        assert newest_state(exp_dir, p)["env_steps"] >= 150_000
+        assert newest_state(exp_dir, p)["env_steps"] >= 60_000

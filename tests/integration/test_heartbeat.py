@@ -51,6 +51,8 @@ def test_hanging_worker_is_named(tmp_path, capsys):
     assert status == 1
     assert "rollout worker 0 stopped answering" in out
     assert "while stepping env 1" in out
+    # the worker known to hang is not waited for as long as the learners saving
+    assert "rollout_worker_0 still not answering; terminating it" in out
     # stopped cleanly: learners saved their checkpoints
     assert glob.glob(os.path.join(tmp_path, "hb", "checkpoint_p0", "checkpoint_*.pth"))
 

@@ -149,11 +149,11 @@ def test_forkserver_preload_never_touches_cuda(monkeypatch):
 def test_main_process_never_touches_cuda_with_gpus_visible(tmp_path, monkeypatch):
     recorder = _as_a_cuda_build(monkeypatch)
     monkeypatch.setattr(devices, "probe_gpu_count", lambda: 2)
-    cfg = small_cfg(tmp_path, "cuda", "--num_policies=3")
+    cfg = small_cfg(tmp_path, "cuda", "--num_policies=3", "--inference=device")
     runner = Runner(cfg)
     assert runner.device_of == {0: "cuda:0", 1: "cuda:1", 2: "cuda:0"}
     assert runner.start_method == "forkserver"
-    assert runner.inference_mode == "device"  # auto: the policies are on CUDA
+    assert runner.inference_mode == "device"
     _FakeProcess.started = []
     runner._start_processes(_FakeContext())
     names = sorted(p.name for p in _FakeProcess.started)
@@ -163,6 +163,17 @@ def test_main_process_never_touches_cuda_with_gpus_visible(tmp_path, monkeypatch
     )
     for proc in _FakeProcess.started:
         assert proc.target.__module__.startswith("rl_pbt.")  # module-level entry points
+    assert recorder.calls == []
+    runner.stats.close()
+
+
+def test_auto_inference_on_cuda_acts_in_the_workers_for_a_small_policy(tmp_path, monkeypatch):
+    recorder = _as_a_cuda_build(monkeypatch)
+    monkeypatch.setattr(devices, "probe_gpu_count", lambda: 1)
+    runner = Runner(small_cfg(tmp_path, "auto", "--num_policies=2"))
+    assert runner.device_of == {0: "cuda:0", 1: "cuda:0"}
+    assert (runner.inference_mode, runner.inference) == ("local", None)
+    assert "small policy" in runner.inference_why
     assert recorder.calls == []
     runner.stats.close()
 

@@ -120,3 +120,20 @@ def test_no_backward_before_forking_with_a_gpu_build(monkeypatch, gpu_build, met
     runner._warm_up_imports(model, method)
     assert bool(passes) is warmed
     assert all(p.grad is None for p in model.parameters())
+
+
+@pytest.mark.parametrize(
+    "flag, cuda, images, params, mode",
+    [
+        ("auto", False, True, 5_000_000, "local"),  # on the CPU the workers always act
+        ("auto", True, False, 200_000, "local"),  # a small vector policy on CUDA
+        ("auto", True, False, devices.SMALL_POLICY_PARAMS, "device"),  # a large one
+        ("auto", True, True, 50_000, "device"),  # image inputs, whatever the size
+        ("device", False, False, 100, "device"),  # a named mode is kept as it is
+        ("local", True, True, 5_000_000, "local"),
+    ],
+)
+def test_auto_inference_picks_by_device_inputs_and_size(flag, cuda, images, params, mode):
+    chosen, why = devices.resolve_inference(flag, cuda, images, params)
+    assert chosen == mode
+    assert why.startswith("auto") == (flag == "auto")
