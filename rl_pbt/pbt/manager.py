@@ -106,6 +106,9 @@ class PBTManager:
         self.window = int(getattr(cfg, "pbt_objective_window", 100))
         self.period = int(cfg.pbt_period_env_steps)
         self.start = int(cfg.pbt_start_mutation)
+        # a member past this has trained its whole budget: a decision would change nothing it
+        # trains, and a re-run with nothing left to train must leave the state as it found it
+        self.budget = int(getattr(cfg, "train_for_env_steps", 0) or 0) or None
         self.mutate_reference = bool(getattr(cfg, "pbt_mutate_reference_policy", False))
 
         base_shaping = flatten_shaping(default_shaping) if default_shaping is not None else None
@@ -353,10 +356,11 @@ class PBTManager:
     ) -> list[PBTDecision]:
         """Decisions for every policy that is due, in the order they must be applied.
 
-        Due: env_steps[p] - last_update[p] >= pbt_period_env_steps and the whole population is
-        past pbt_start_mutation. Only policies whose weights or values change get a decision;
-        every due policy's last update moves to its current env steps. After a resume the
-        restored last updates hold, so a restart alone never triggers a step.
+        Due: env_steps[p] - last_update[p] >= pbt_period_env_steps, p has not trained its whole
+        budget (train_for_env_steps) and the whole population is past pbt_start_mutation. Only
+        policies whose weights or values change get a decision; every due policy's last update
+        moves to its current env steps. After a resume the restored last updates hold, so a
+        restart alone never triggers a step.
         """
         if len(env_steps) != self.num_policies:
             raise ValueError(
@@ -370,7 +374,12 @@ class PBTManager:
                 self.last_update[p] = steps[p]
         if min(steps) < self.start:
             return []
-        due = [p for p in range(self.num_policies) if steps[p] - self.last_update[p] >= self.period]
+        due = [
+            p
+            for p in range(self.num_policies)
+            if steps[p] - self.last_update[p] >= self.period
+            and (self.budget is None or steps[p] < self.budget)
+        ]
         decisions = []
         replaced: set[int] = set()  # their new weights do not exist yet: not a source this call
         for p in due:

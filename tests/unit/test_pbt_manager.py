@@ -231,6 +231,27 @@ def test_resume_restores_everything_and_does_not_fire(tmp_path):
     ]
 
 
+def test_a_member_past_its_budget_is_not_due(tmp_path):
+    """A member that trained its whole budget gets no decision, however far past its last
+    update it is: a re-run with nothing left to train leaves the state as it was."""
+    mgr = make(tmp_path, train_for_env_steps=6000)
+    feed(mgr, GOOD_TO_BAD)
+    mgr.update([0] * N)
+    assert mgr.update([3000] * N)
+    at_end = [6000, 5999, 6100, 4100, 6000, 7000]  # only p1 and p3 have budget left
+    decisions = mgr.update(at_end)
+    assert mgr.last_update == [3000, 5999, 3000, 4100, 3000, 3000]
+    assert {d.policy_id for d in decisions} <= {1, 3}
+    mgr.save()
+    with open(mgr.state_path) as f:
+        state = f.read()
+    again = make(tmp_path, train_for_env_steps=6000)
+    assert again.update([6000, 6000, 6100, 6000, 6000, 7000]) == []
+    again.save()
+    with open(again.state_path) as f:
+        assert f.read() == state
+
+
 def test_fresh_run_counts_from_zero(tmp_path):
     mgr = make(tmp_path, pbt_start_mutation=0)
     assert mgr.last_update == [0] * N
