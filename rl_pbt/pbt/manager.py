@@ -108,7 +108,7 @@ class PBTManager:
         self.start = int(cfg.pbt_start_mutation)
         # a member past this has trained its whole budget: a decision would change nothing it
         # trains, and a re-run with nothing left to train must leave the state as it found it
-        self.budget = int(getattr(cfg, "train_for_env_steps", 0) or 0) or None
+        self.budget = getattr(cfg, "train_for_env_steps", None)
         self.mutate_reference = bool(getattr(cfg, "pbt_mutate_reference_policy", False))
 
         base_shaping = flatten_shaping(default_shaping) if default_shaping is not None else None

@@ -137,6 +137,11 @@ ELO_SAVE_EVERY_S = 30.0  # elo.json is also written at every stop
 RATINGS_EVERY_S = 1.0  # Elo matchmaking: newest ratings to the workers at most this often
 
 
+def _is_learner(process_name: str) -> bool:
+    """learner_P (one policy) or learners_DEVICE (--learner_processes=per_device)."""
+    return process_name.startswith("learner")
+
+
 class ComponentFailure(RuntimeError):
     pass
 
@@ -876,7 +881,7 @@ class Runner:
             )
             self.stop_flag[0] = 1
             # the learners' saves are what matters: go on once they have all ended
-            savers = [p for p in self.processes if p.name.startswith("learner")]
+            savers = [p for p in self.processes if _is_learner(p.name)]
             deadline = time.monotonic() + STOP_GRACE_S
             while any(p.is_alive() for p in savers) and time.monotonic() < deadline:
                 time.sleep(0.2)
@@ -942,9 +947,9 @@ class Runner:
             except Exception as e:  # a full or broken queue must not stop the others' saves
                 log(f"could not send stop: {e!r}")
         start = time.time()
-        hung = {p.name for p in self.processes if self._stop_grace(p.name) < STOP_GRACE_S}
+        hung = self._hung_children()
         for proc in self.processes:
-            deadline = start + self._stop_grace(proc.name)
+            deadline = start + (HUNG_STOP_GRACE_S if proc.name in hung else STOP_GRACE_S)
             while proc.is_alive() and time.time() < deadline:
                 proc.join(timeout=0.1)
                 self._consume_reports(raise_errors=False)
@@ -959,12 +964,15 @@ class Runner:
             self.env_steps, self.versions, time.time() - self.start_time, force=True
         )
 
-    def _stop_grace(self, name: str) -> float:
-        """Seconds a child gets to stop by itself: a worker or inference process that already
-        stopped answering is not waited for (it holds no training state), a learner always gets
-        the full time to save."""
-        silent = self.proc_hb.get(name) in self.silent_rows
-        return HUNG_STOP_GRACE_S if silent and not name.startswith("learner") else STOP_GRACE_S
+    def _hung_children(self) -> set[str]:
+        """The workers and inference processes the heartbeats found silent: they hold no
+        training state, so the stop does not wait for them (a learner always gets the full
+        time to save)."""
+        return {
+            name
+            for name, row in self.proc_hb.items()
+            if row in self.silent_rows and not _is_learner(name)
+        }
 
     # --- the observer loop ------------------------------------------------------------------
     def _tick(self, final: bool = False) -> bool:
