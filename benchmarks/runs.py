@@ -57,6 +57,6 @@ def arena_cross_play(train_dir: str, players: list[str], games: int, num_envs: i
         train_dir=train_dir, experiment=None, env="arena_duel", deterministic=False
     )
     factories = {p: make_batch_player(p, env, args, 100 + k) for k, p in enumerate(players)}
-    table, _ = cross_play(env, players, factories, games, 10**8, batch_env=batch_env)
+    table, _, _ = cross_play(env, players, factories, games, 10**8, batch_env=batch_env)
     env.close()
     return table

@@ -30,6 +30,7 @@ from rl_pbt.logging.video import (
 from rl_pbt.models.loading import (
     PolicyActor,
     add_play_flags,
+    checkpoint_misfit,
     experiment_cfg,
     load_policy,
     play_flags_problem,
@@ -38,7 +39,7 @@ from rl_pbt.models.loading import (
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0], allow_abbrev=False)
     parser.add_argument(
         "--env",
         default=None,
@@ -76,6 +77,8 @@ def load(args):
         model = load_policy(exp_dir, args.policy, env.observation_space, env.action_space, cfg)
     except RuntimeError as e:  # torch's size mismatch: the weights belong to another env
         env.close()
+        if cfg.env == trained_on:  # the run's own env: the checkpoint and config.json disagree
+            raise ValueError(checkpoint_misfit(exp_dir, args.policy, e)) from e
         raise ValueError(
             f"--env={cfg.env} disagrees with the run's env {trained_on} (the model's "
             f"observations or actions differ); leave --env out to play {trained_on}"
@@ -118,18 +121,18 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     writer = VideoWriter(video, env_fps(env)) if video else None
     try:
-        play(args, env, model, obs, writer)
+        ended = play(args, env, model, obs, writer)
     finally:
         env.close()
         if writer is not None:
             frames = writer.close()
             print(f"saved {frames} frames to {video}" if frames else "no frames to save")
-    return 0
+    return 0 if ended else 1
 
 
-def play(args, env, model, obs, writer) -> None:
+def play(args, env, model, obs, writer) -> int:
     """Plays from `obs` (a fresh episode) and prints per-episode and mean results; frames go
-    to `writer` (a VideoWriter) when given."""
+    to `writer` (a VideoWriter) when given; returns how many episodes ended."""
     actors = [
         PolicyActor(
             model, env.observation_space, env.action_space, args.deterministic, args.temperature
@@ -161,6 +164,11 @@ def play(args, env, model, obs, writer) -> None:
             if writer is not None:  # the env has begun the next episode: hold the last frame
                 for _ in range(int(writer.fps) // 2):
                     writer.append(frame)
+    if len(returns) < args.episodes:
+        print(
+            f"{len(returns)} of {args.episodes} episodes ended within --max_steps="
+            f"{args.max_steps} env steps" + ("; raise it" if not returns else "")
+        )
     if returns:
         print(
             f"policy {args.policy}: mean return {np.mean(returns):.3f} over {len(returns)} episodes"
@@ -169,6 +177,8 @@ def play(args, env, model, obs, writer) -> None:
             print(f"policy {args.policy}: mean true_objective {np.mean(objectives):.3f}")
         for k, values in extras.items():
             print(f"policy {args.policy}: mean {k} {np.mean(values):.3f}")
+
+    return len(returns)
 
 
 if __name__ == "__main__":

@@ -55,6 +55,7 @@ from rl_pbt.models.action_dist import to_env_action
 from rl_pbt.models.loading import (
     PolicyActor,
     add_play_flags,
+    checkpoint_misfit,
     experiment_cfg,
     load_policy,
     play_flags_problem,
@@ -125,6 +126,8 @@ def _load_model(spec: str, env, args):
     try:
         return load_policy(exp_dir, policy_id, env.observation_space, env.action_space, cfg)
     except RuntimeError as e:  # torch's size mismatch: another env's observations or actions
+        if args.env == trained_on:  # the run's own env: the checkpoint and config.json disagree
+            raise ValueError(checkpoint_misfit(exp_dir, policy_id, e)) from e
         raise ValueError(
             f"player {spec!r} was trained on {trained_on}, whose observations or actions differ "
             f"from --env={args.env}'s; leave --env out to play in {trained_on}"
@@ -403,19 +406,22 @@ def cross_play(env, names: list[str], factories: dict, games: int, max_steps: in
             return play(env, side_a, side_b, count, max_steps)
 
     table = np.full((len(names), len(names)), np.nan)
+    played = np.zeros((len(names), len(names)), dtype=np.int64)  # games that ended, per pair
     results: list[tuple[int, int, float]] = []
     for (i, a), (j, b) in itertools.combinations(enumerate(names), 2):
         first = run(a, b, games // 2)
         second = run(b, a, games - games // 2)
         scores_a = first + [1.0 - s for s in second]
-        table[i, j] = float(np.mean(scores_a))
-        table[j, i] = 1.0 - table[i, j]
+        played[i, j] = played[j, i] = len(scores_a)
+        if scores_a:  # none ended within max_steps: no win rate
+            table[i, j] = float(np.mean(scores_a))
+            table[j, i] = 1.0 - table[i, j]
         results += [(i, j, s) for s in scores_a]
-    return table, Ratings.fit(names, results)
+    return table, Ratings.fit(names, results), played
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0], allow_abbrev=False)
     parser.add_argument("--env", default=None, help="default: the env of the players' experiment")
     parser.add_argument("--experiment", default=None, help="the run whose members pN are")
     parser.add_argument("--train_dir", default="train_dir")
@@ -533,21 +539,37 @@ def main(argv: list[str] | None = None) -> int:
         print(f"rl-pbt-match: error: {e}", file=sys.stderr)
         return 2
 
-    table, ratings = cross_play(
+    table, ratings, played = cross_play(
         env, args.players, factories, args.games, args.max_steps, batch_env=batch_env
     )
+    pairs = list(itertools.combinations(range(len(args.players)), 2))
+    if all(played[i, j] == 0 for i, j in pairs):
+        print(
+            f"rl-pbt-match: error: no game ended within --max_steps={args.max_steps} env "
+            "steps; raise it",
+            file=sys.stderr,
+        )
+        return 1
+    counts = {int(played[i, j]) for i, j in pairs}
+    each = f"{counts.pop()} games each" if len(counts) == 1 else "games per pair: see below"
     width = max(8, *(len(p) for p in args.players)) + 2  # names never run together
-    print(
-        f"win rate of the row player against the column player ({args.games} games each, "
-        f"draw = 0.5):"
-    )
+    print(f"win rate of the row player against the column player ({each}, draw = 0.5):")
     print(" " * width + "".join(f"{p:>{width}}" for p in args.players))
     for i, p in enumerate(args.players):
         cells = "".join(
-            f"{'-':>{width}}" if i == j else f"{table[i, j]:>{width}.3f}"
+            f"{'-':>{width}}"
+            if i == j
+            else (f"{'n/a':>{width}}" if played[i, j] == 0 else f"{table[i, j]:>{width}.3f}")
             for j in range(len(args.players))
         )
         print(f"{p:>{width}}{cells}")
+    for i, j in pairs:
+        if played[i, j] < args.games:
+            a, b = args.players[i], args.players[j]
+            print(
+                f"note: {played[i, j]} of the {args.games} games of {a} against {b} ended "
+                f"within --max_steps={args.max_steps} env steps"
+            )
     print(
         "\nElo ratings fitted to all games at once (Bradley-Terry, draw = half a win; "
         "+/- one standard error):"

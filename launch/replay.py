@@ -21,7 +21,8 @@ import sys
 from typing import Any, Optional
 
 from launch.train import main as train_main
-from rl_pbt.config.parse import with_added_model_flags
+from rl_pbt.config.flags import FLAGS_BY_NAME
+from rl_pbt.config.parse import close_names, with_added_model_flags
 from rl_pbt.logging.files import experiment_name_problem, read_run_config
 from rl_pbt.pbt.lineage import lineage_path, read_events, schedule_for
 
@@ -110,6 +111,12 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--restart_behavior", default=None, help="as rl-pbt-train's")
     args, rest = parser.parse_known_args(argv)
+    own = [a.dest for a in parser._actions if a.dest != "help"]
+    for flag in rest:  # the others go on to the trainer, which would not know replay's own
+        name = flag[2:].split("=")[0] if flag.startswith("--") else ""
+        near = close_names(name, own) if name and name not in FLAGS_BY_NAME else []
+        if near:
+            return _fail(f"unknown flag --{name} (did you mean --{near[0]}?)")
     problem = experiment_name_problem(args.from_experiment)
     if problem:
         return _fail(f"--from_experiment={args.from_experiment!r} {problem}: give its name")

@@ -429,8 +429,10 @@ def final_rows(run: RunData) -> tuple[list[str], list[dict[str, Any]], str]:
     summary_time = os.path.getmtime(summary_path) if os.path.isfile(summary_path) else -1.0
     rows, columns, sources = [], [], set()
     for p in sorted(members):
-        values = dict(_safe_json(policy_cfg_path(exp_dir, p), {}) or {})
-        values.update(flatten_shaping(_safe_json(policy_shaping_path(exp_dir, p))))
+        values = _safe_json(policy_cfg_path(exp_dir, p), {})
+        values = dict(values) if isinstance(values, dict) else {}  # not a policy file: skipped
+        shaping = _safe_json(policy_shaping_path(exp_dir, p))
+        values.update(flatten_shaping(shaping if isinstance(shaping, dict) else None))
         columns += [k for k in values if k not in columns]
         stats = (run.summary.get("policies") or {}).get(str(p)) or {}
         stats = stats if isinstance(stats, dict) else {}
@@ -643,7 +645,11 @@ def main(argv: list[str] | None = None) -> int:
     run = load_run(exp_dir, cfg)
     if run.events:
         print_text(run)
-    index, notes = write_report(run, report_figures)
+    try:
+        index, notes = write_report(run, report_figures)
+    except OSError as e:
+        where = os.path.join(exp_dir, REPORT_DIR)
+        return _fail(f"cannot write the report in {where}: {e.strerror or e}")
     if notes:
         print("\nNotes:")
         for note in notes:

@@ -57,6 +57,9 @@ def ray_address_problem(v: Any) -> Optional[str]:
     return "must be auto, local, or HOST:PORT (ray://HOST:PORT for Ray Client)"
 
 
+MAX_POLICIES = 4096  # a population larger than this is a typo (and would take hours to set up)
+
+
 def positive(v: Any) -> Optional[str]:
     return None if v > 0 else "must be > 0"
 
@@ -87,6 +90,15 @@ def in_range(lo: float, hi: float, lo_open: bool = False, hi_open: bool = False)
 
 def positive_ints(v: Any) -> Optional[str]:
     return None if all(x > 0 for x in v) else "every layer size must be > 0"
+
+
+def layer_sizes(v: Any) -> Optional[str]:
+    """The vector encoder's layers: at least one (none would make a linear policy)."""
+    return positive_ints(v) if v else "give at least one layer size"
+
+
+def population_size(v: Any) -> Optional[str]:
+    return None if 0 < v <= MAX_POLICIES else f"must be in [1, {MAX_POLICIES}]"
 
 
 def path_text(v: Any) -> Optional[str]:
@@ -382,7 +394,7 @@ FLAGS: list[Flag] = [
         choices=["auto", "local", "device"],
         group="sampling",
     ),
-    Flag("num_policies", int, 1, "population size", positive, group="sampling"),
+    Flag("num_policies", int, 1, "population size", population_size, group="sampling"),
     Flag("rollout", int, 32, "trajectory length sent to the learner", positive, group="sampling"),
     Flag(
         "decorrelate_envs_on_one_worker",
@@ -579,7 +591,7 @@ FLAGS: list[Flag] = [
         list,
         [512, 512],
         "MLP encoder layer sizes",
-        positive_ints,
+        layer_sizes,
         group="model",
     ),
     Flag(

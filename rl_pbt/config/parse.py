@@ -618,7 +618,12 @@ def check_search_space_file(path: str) -> None:
 
 def _tuning_problem(name: str, spec: ParamSpec) -> Optional[str]:
     if not spec.tuned:
-        return None
+        # kept out of the search: it must still name something, or a misspelling would
+        # leave the parameter it meant tuned
+        if is_tunable(name) or is_shaping_key(name) or name in FLAGS_BY_NAME:
+            return None
+        hint = did_you_mean(name, TUNED_HPARAMS, prefix="")
+        return f"names no parameter PBT tunes{hint}; PBT can tune {TUNABLE_TEXT}"
     if not is_tunable(name):
         hint = did_you_mean(name, TUNED_HPARAMS, prefix="")
         return f"cannot be tuned while a learner runs{hint}; PBT can tune {TUNABLE_TEXT}"
@@ -683,6 +688,8 @@ def _check_flag_values(cfg: Cfg, flags: Iterable[Flag]) -> None:
             continue
         if flag.type is float and not math.isfinite(value):
             raise ConfigError(f"--{flag.name}={value!r}: must be finite")
+        if flag.type is int and not -(2**63) <= value < 2**63:  # numpy, torch: 64-bit ints
+            raise ConfigError(f"--{flag.name}={value:.3g}: must be below 2**63")
         if flag.choices is not None and value not in flag.choices:
             hint = did_you_mean(str(value).lower(), [str(c) for c in flag.choices], prefix="")
             raise ConfigError(
@@ -692,6 +699,27 @@ def _check_flag_values(cfg: Cfg, flags: Iterable[Flag]) -> None:
             problem = flag.check(value)
             if problem:
                 raise ConfigError(f"--{flag.name}={value!r}: {problem}")
+
+
+RESERVED_OBJECTIVES = ("elo", "vs_snapshots", "vs_scripted:NAME")
+
+
+def target_objective_problem(target: str) -> Optional[str]:
+    """A --pbt_target_objective that looks like a misspelled reserved name (elo, vs_snapshots,
+    vs_scripted:NAME) rather than an info key: taken as a key, PBT would rank on the episode
+    return for the whole run."""
+    if target in ("elo", "vs_snapshots") or target.startswith("vs_scripted:"):
+        return None
+    bare = target.partition(":")[0]
+    near = close_names(bare.lower(), ["elo", "vs_snapshots", "vs_scripted"])
+    if bare.lower() in ("elo", "vs_snapshots", "vs_scripted") or near or ":" in target:
+        hint = f" (did you mean {near[0]}?)" if near else ""
+        return (
+            f"not one of {', '.join(RESERVED_OBJECTIVES)}{hint}; an info key this close to "
+            "them, or with a ':', is refused (a misspelling would rank the whole run on the "
+            "episode return)"
+        )
+    return None
 
 
 def _check_cross_flags(cfg: Cfg) -> None:
@@ -740,6 +768,9 @@ def _check_cross_flags(cfg: Cfg) -> None:
             f"{cfg.selfplay_snapshot_prob})"
         )
     target = cfg.pbt_target_objective
+    problem = target_objective_problem(target)
+    if problem:
+        raise ConfigError(f"--pbt_target_objective={target}: {problem}")
     if target.startswith("vs_scripted"):
         name = target.partition(":")[2]
         if not name:

@@ -23,6 +23,7 @@ from __future__ import annotations
 import json
 import os
 import signal
+import socket
 import time
 from dataclasses import dataclass
 from typing import Any, Optional
@@ -69,6 +70,28 @@ def split_groups(num_policies: int, per_node: int) -> list[list[int]]:
     ]
 
 
+RAY_CONNECT_TIMEOUT_S = 5.0
+
+
+def ray_address_problem(address: str) -> Optional[str]:
+    """Why a HOST:PORT address cannot be a Ray cluster's (nothing answers there within
+    RAY_CONNECT_TIMEOUT_S), or None. Ray itself would retry for minutes, printing only its
+    own log lines. "auto" and "local" are left to Ray (it fails at once when none runs)."""
+    if address in ("auto", "local") or "://" in address:
+        return None
+    host, sep, port = address.rpartition(":")
+    if not sep or not port.isdigit() or not host:
+        return "expected auto, local or HOST:PORT (the head node's GCS address)"
+    try:
+        socket.create_connection((host.strip("[]"), int(port)), RAY_CONNECT_TIMEOUT_S).close()
+    except OSError as e:
+        return (
+            f"nothing answers there within {RAY_CONNECT_TIMEOUT_S:.0f} s ({e.strerror or e}); "
+            "is the head node up (ray start --head) and the port right?"
+        )
+    return None
+
+
 @dataclass
 class Member:
     group: int
@@ -93,6 +116,9 @@ class PopulationDriver:
             gid: Member(g, m) for g, ids in enumerate(self.groups) for m, gid in enumerate(ids)
         }
         self.run_seed = cfg.seed if cfg.seed is not None else fresh_seed()
+        problem = ray_address_problem(cfg.ray_address)
+        if problem:  # before anything is written
+            raise ConfigError(f"--ray_address={cfg.ray_address}: {problem}")
         self.run_lock = RunLock(cfg.train_dir, cfg.experiment)
         self.run_lock.check()
         self.exp_dir, self.resuming = prepare_experiment_dir(cfg)
@@ -168,7 +194,17 @@ class PopulationDriver:
             # "local" starts a new instance here even where a cluster runs; "auto" joins it
             # a local instance without the dashboard: its CPU is the trainer's
             local = {"include_dashboard": False} if cfg.ray_address == "local" else {}
-            ray.init(address=cfg.ray_address, log_to_driver=True, configure_logging=False, **local)
+            try:
+                ray.init(
+                    address=cfg.ray_address, log_to_driver=True, configure_logging=False, **local
+                )
+            except (ConnectionError, RuntimeError, ValueError) as e:  # no cluster there
+                lines = [ln.strip() for ln in str(e).splitlines() if ln.strip()]
+                why = f"{type(e).__name__}: {lines[0] if lines else ''}"
+                raise ConfigError(
+                    f"--ray_address={cfg.ray_address}: cannot join a Ray cluster ({why}); start "
+                    "one (ray start --head), or try --ray_address=local"
+                ) from e
         log(
             f"experiment {self.exp_dir} ({'resuming' if self.resuming else 'new'}); "
             f"{cfg.num_policies} members in {len(self.groups)} node groups on Ray "

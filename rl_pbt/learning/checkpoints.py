@@ -15,7 +15,6 @@ header, from before it existed, load as they are (weights_only, no checksum).
 
 from __future__ import annotations
 
-import errno
 import glob
 import hashlib
 import io
@@ -30,7 +29,7 @@ from typing import Any, Optional
 
 import torch
 
-from rl_pbt.logging.files import deletable_folder, shared_file_mode
+from rl_pbt.logging.files import deletable_folder, fsync_folder, shared_file_mode
 
 log = logging.getLogger(__name__)
 
@@ -169,17 +168,38 @@ def read_checkpoint(path: str, map_location: Any = None) -> dict:
     return decode_checkpoint(data, path, map_location)
 
 
-def load_latest_checkpoint(folder: str, map_location: Any = None) -> Optional[tuple[str, dict]]:
+DAMAGED_SUFFIX = ".damaged"
+
+
+def load_latest_checkpoint(
+    folder: str, map_location: Any = None, set_aside: bool = False
+) -> Optional[tuple[str, dict]]:
     """(path, state) of the newest usable checkpoint in `folder`. A bad file is named in one
     warning and the one before it is tried; None when no checkpoint is usable (with a
-    warning when some were there)."""
+    warning when some were there).
+
+    `set_aside` (a learner resuming): once an older checkpoint loads, the bad newer ones are
+    renamed with DAMAGED_SUFFIX. Left as they were, they would sort as the newest forever:
+    tried first at every resume, and holding slots of --keep_checkpoints, so that the good
+    checkpoints written after the resume would be deleted first."""
     files = checkpoint_files(folder)
+    bad: list[str] = []
     for i in range(len(files) - 1, -1, -1):
         try:
-            return files[i], read_checkpoint(files[i], map_location)
+            state = read_checkpoint(files[i], map_location)
         except CheckpointError as e:
             then = "trying the one before it" if i else "no older checkpoint is left"
             log.warning("%s; %s", e, then)
+            bad.append(files[i])
+            continue
+        if set_aside:
+            for path in bad:
+                try:
+                    os.replace(path, path + DAMAGED_SUFFIX)
+                    log.warning("set aside as %s", os.path.basename(path) + DAMAGED_SUFFIX)
+                except OSError as e:
+                    log.warning("could not set aside %s: %s", path, e.strerror or e)
+        return files[i], state
     if files:
         log.warning(
             "no usable checkpoint in %s: %d found, none could be loaded", folder, len(files)
@@ -194,23 +214,6 @@ def _write_file(path: str, data: bytes) -> None:
         f.write(data)
         f.flush()
         os.fsync(f.fileno())
-
-
-def _fsync_folder(folder: str) -> None:
-    """Make a rename in `folder` durable. Some systems cannot fsync a folder: then skipped."""
-    if not hasattr(os, "O_DIRECTORY"):
-        return
-    try:
-        fd = os.open(folder, os.O_RDONLY | os.O_DIRECTORY)
-    except OSError:
-        return
-    try:
-        os.fsync(fd)
-    except OSError as e:
-        if e.errno not in (errno.EINVAL, errno.ENOTSUP, errno.EBADF, errno.EACCES, errno.EPERM):
-            raise
-    finally:
-        os.close(fd)
 
 
 def write_checkpoint(
@@ -273,9 +276,9 @@ def _write_atomically(path: str, data: bytes, clean_temps: bool) -> None:
         _write_file(tmp, data)
         os.replace(tmp, path)
         tmp = None
-        _fsync_folder(folder)
+        fsync_folder(folder)
         if created:  # the new folder's own entry, too
-            _fsync_folder(os.path.dirname(os.path.abspath(folder)))
+            fsync_folder(os.path.dirname(os.path.abspath(folder)))
     except OSError as e:
         if tmp is not None:
             _remove_quietly(tmp)

@@ -338,7 +338,7 @@ class Learner:
         valid = batch["valid"]
         own = valid & (batch["policy_id"] == self.policy_id)
         lag = self.version - batch["policy_version"]
-        mask = own & (lag <= cfg.max_policy_lag)
+        mask = own & (lag <= min(cfg.max_policy_lag, torch.iinfo(lag.dtype).max))
         n = actions.shape[0]
         order, plans, full_plan = self._minibatch_plan(n, staged.host["dones"])
 
@@ -747,8 +747,10 @@ class Learner:
 
     def load_latest(self) -> bool:
         """Resume from the newest usable checkpoint (a damaged newer one is named in a warning
-        and skipped); False when there is none."""
-        found = load_latest_checkpoint(self.checkpoint_folder(), map_location=self.device)
+        and set aside); False when there is none."""
+        found = load_latest_checkpoint(
+            self.checkpoint_folder(), map_location=self.device, set_aside=True
+        )
         if found is None:
             return False
         _, state = found

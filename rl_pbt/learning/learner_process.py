@@ -15,6 +15,7 @@ from rl_pbt.learning.checkpoints import CheckpointWriteError
 from rl_pbt.learning.learner import Learner, NonFiniteTraining
 from rl_pbt.runtime import heartbeat as hb
 from rl_pbt.runtime.messages import (
+    STOP_NOW,
     ApplyPBT,
     ExportDone,
     ExportState,
@@ -27,7 +28,11 @@ from rl_pbt.runtime.messages import (
     drain,
 )
 
-STOP_MESSAGE_GRACE_S = 5.0
+# once it knows of a stop (the stop flag, a signal), a learner waits this long for the runner's
+# Stop message, taking the PBT steps still in flight meanwhile (the runner lets them land
+# first, up to runner.PBT_SETTLE_S), then saves all the same (the message may not come: a full
+# queue, a signal sent to this process alone)
+STOP_MESSAGE_GRACE_S = 20.0
 
 
 class LearnerHost:
@@ -47,6 +52,7 @@ class LearnerHost:
         self.heartbeats = heartbeats
         self.hb_index = hb_index or {}
         self.stopped = False
+        self.draining = False  # stopping: messages are still handled, nothing more is trained
 
     def _beat(self, activity: int, policy: Optional[int] = None) -> None:
         if self.heartbeats is None:
@@ -142,6 +148,8 @@ class LearnerHost:
             if self.stopped:
                 return False
         trained = False
+        if self.draining:
+            return trained
         for p, learner in self.learners.items():
             if learner.ready():
                 self._beat(hb.TRAINING, p)
@@ -168,10 +176,18 @@ def learner_process_main(spec, policy_ids: list[int]) -> None:
     """Entry point of the process hosting the learners of `policy_ids` (one policy, or every
     policy of one device with --learner_processes=per_device). Module-level, so any start
     method can run it; CUDA is first touched here, never in the parent."""
-    from rl_pbt.runtime.processes import build_learner, child_setup
+    from rl_pbt.runtime.processes import (
+        LEARNER_ORPHAN_GRACE_S,
+        StopRequest,
+        build_learner,
+        child_setup,
+    )
 
     on_cpu = not any(spec.device_of[p].startswith("cuda") for p in policy_ids)
-    child_setup(spec, "learner", policy_ids[0], hide_gpus=on_cpu)
+    child_setup(
+        spec, "learner", policy_ids[0], hide_gpus=on_cpu, orphan_grace_s=LEARNER_ORPHAN_GRACE_S
+    )
+    signalled = StopRequest().install()
     report_queue, heartbeats = spec.report_queue, spec.heartbeats
     hb_index = {p: spec.learner_hb(p) for p in policy_ids}
     parent = hb.ParentWatch()
@@ -192,11 +208,13 @@ def learner_process_main(spec, policy_ids: list[int]) -> None:
         stop_seen = None
         while not host.stopped:
             host.poll(timeout=0.05)
-            if parent.gone():  # the runner died without a word: keep what was learned
+            if parent.gone() or spec.stop_flag[0] == STOP_NOW:
+                # the runner died without a word, or its loop is stuck: keep what was learned
                 host.handle(Stop(save=True))
-            elif spec.stop_flag[0]:
-                # the runner is stopping: its Stop message normally follows at once; if it
-                # cannot be delivered (a full queue), save all the same
+            elif spec.stop_flag[0] or signalled.requested:
+                # the runner is stopping (a signal to the process group reaches it too): its
+                # Stop message follows once the PBT steps in flight have landed
+                host.draining = True
                 stop_seen = stop_seen or time.monotonic()
                 if time.monotonic() - stop_seen > STOP_MESSAGE_GRACE_S:
                     host.handle(Stop(save=True))

@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import errno
+import glob
 import json
 import os
 import tempfile
+import time
 from typing import Any, Callable, Optional
 
 # written into every experiment folder the trainer creates: --restart_behavior=overwrite
@@ -24,11 +27,18 @@ def shared_file_mode() -> int:
     return 0o666 & ~_current_umask()
 
 
+STALE_TEMP_S = 600.0  # a temp file this old was left by a writer that died mid-write
+
+
 def atomic_write(path: str, write: Callable[[Any], None], mode: str = "w") -> None:
-    """Call write(file) on a temp file in the same folder, fsync, then rename over `path`."""
+    """Call write(file) on a temp file in the same folder, fsync, rename over `path`, fsync
+    the folder (so that the rename too survives a power cut). Temp files of `path` left by a
+    writer killed mid-write are removed first."""
     folder = os.path.dirname(os.path.abspath(path))
     os.makedirs(folder, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=folder, prefix=".tmp_" + os.path.basename(path))
+    prefix = ".tmp_" + os.path.basename(path)
+    _remove_stale_temps(folder, prefix)
+    fd, tmp = tempfile.mkstemp(dir=folder, prefix=prefix)
     try:
         os.fchmod(fd, shared_file_mode())
         with os.fdopen(fd, mode) as f:
@@ -40,6 +50,35 @@ def atomic_write(path: str, write: Callable[[Any], None], mode: str = "w") -> No
         if os.path.exists(tmp):
             os.unlink(tmp)
         raise
+    fsync_folder(folder)
+
+
+def _remove_stale_temps(folder: str, prefix: str) -> None:
+    """Another writer of the same file may be mid-write: only old temp files go."""
+    now = time.time()
+    for tmp in glob.glob(os.path.join(glob.escape(folder), glob.escape(prefix) + "*")):
+        try:
+            if now - os.path.getmtime(tmp) > STALE_TEMP_S:
+                os.unlink(tmp)
+        except OSError:
+            pass
+
+
+def fsync_folder(folder: str) -> None:
+    """Make a rename in `folder` durable. Some systems cannot fsync a folder: then skipped."""
+    if not hasattr(os, "O_DIRECTORY"):
+        return
+    try:
+        fd = os.open(folder, os.O_RDONLY | os.O_DIRECTORY)
+    except OSError:
+        return
+    try:
+        os.fsync(fd)
+    except OSError as e:
+        if e.errno not in (errno.EINVAL, errno.ENOTSUP, errno.EBADF, errno.EACCES, errno.EPERM):
+            raise
+    finally:
+        os.close(fd)
 
 
 def atomic_write_json(path: str, data: Any) -> None:

@@ -307,14 +307,24 @@ def _cmd(module: str, *args: str) -> str:
     return " ".join([f"python -m {module}", *args])
 
 
+def _call(module: str, *args: str) -> str:
+    """A command of the env's own script: `launch.enjoy.main([...])` after its register_env."""
+    name = module.rsplit(".", 1)[-1]
+    plain = [shlex.split(a)[0] for a in args]  # the shell's quoting off: Python strings
+    return f"from launch import {name}; {name}.main({plain!r})"
+
+
 def end_of_run_text(
     exp_dir: str,
     cfg,
     has_pbt: bool,
     selfplay: bool,
     best_policy: Optional[int] = None,
+    own_env: bool = False,
 ) -> str:
-    """Where the results of a finished run are and the commands to look at them."""
+    """Where the results of a finished run are and the commands to look at them. `own_env`:
+    the env was registered by the user's code, which a new process knows nothing of: the
+    commands that make it are then calls to run after that registration."""
     q = shlex.quote
     experiment = getattr(cfg, "experiment", os.path.basename(os.path.normpath(exp_dir)))
     train_dir = getattr(cfg, "train_dir", os.path.dirname(os.path.normpath(exp_dir)))
@@ -329,9 +339,13 @@ def end_of_run_text(
     if has_pbt:
         files += ", pbt/lineage.jsonl"
     watch = f"watch policy {policy}" + (" (the best)" if best_policy is not None else "")
+    play = _cmd
+    if own_env:
+        play, env_arg = _call, []  # the script's own env: the run's config names it
+        watch += f" (in your script, after registering {env})"
     hints = [
         ("the run's report", _cmd("launch.report", *where)),
-        (watch, _cmd("launch.enjoy", *env_arg, *where, f"--policy={policy}")),
+        (watch, play("launch.enjoy", *env_arg, *where, f"--policy={policy}")),
     ]
     if selfplay:
         order = [policy] + [p for p in range(num_policies) if p != policy]
@@ -339,7 +353,7 @@ def end_of_run_text(
         hints.append(
             (
                 "members against each other",
-                _cmd("launch.match", *env_arg, *where, "--players", *players, "--games=200"),
+                play("launch.match", *env_arg, *where, "--players", *players, "--games=200"),
             )
         )
     summary = q(os.path.join(exp_dir, ".summary"))

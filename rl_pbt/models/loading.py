@@ -69,6 +69,18 @@ def run_env_problem(exp_dir: str, env_name: str, command: str) -> Optional[str]:
     )
 
 
+def checkpoint_misfit(exp_dir: str, policy_id: int, error: BaseException) -> str:
+    """The line for a checkpoint whose weights do not fit the network its own run's
+    config.json describes (played in the run's env, so not another env's observations)."""
+    detail = str(error).strip().splitlines()
+    detail = detail[1].strip() if len(detail) > 1 else (detail[0] if detail else "")
+    return (
+        f"policy {policy_id}'s checkpoint in {checkpoint_dir(exp_dir, policy_id)} does not fit "
+        f"the network {os.path.join(exp_dir, 'config.json')} describes ({detail}); was the "
+        "file edited, or the checkpoint copied from another run?"
+    )
+
+
 def load_policy(exp_dir: str, policy_id: int, obs_space, action_space, cfg: Cfg) -> ActorCritic:
     """The policy's newest usable checkpoint as an eval-mode model on the CPU (a damaged
     newest file is named in a warning and the one before it is used). FileNotFoundError when

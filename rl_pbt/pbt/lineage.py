@@ -88,9 +88,33 @@ def read_events(path: str) -> list[dict[str, Any]]:
             if i != last:
                 log.warning("%s: skipping unreadable line %d", path, i + 1)
             continue
-        if isinstance(event, dict) and "policy" in event and "action" in event:
+        if _well_formed(event):
             events.append(event)
+        else:
+            log.warning("%s: skipping line %d, not a lineage event", path, i + 1)
     return events
+
+
+def _is_count(v: Any) -> bool:
+    return isinstance(v, int) and not isinstance(v, bool) and v >= 0
+
+
+def _well_formed(event: Any) -> bool:
+    """A record as make_event writes it, in the fields the readers use."""
+    if not isinstance(event, dict) or not _is_count(event.get("policy")):
+        return False
+    if event.get("action") not in ACTIONS:
+        return False
+    steps = event.get("env_steps", 0)
+    if isinstance(steps, bool) or not isinstance(steps, (int, float)) or not math.isfinite(steps):
+        return False
+    source = event.get("source")
+    if source is not None and not _is_count(source):
+        return False
+    changes = event.get("changes", {})
+    return isinstance(changes, dict) and all(
+        isinstance(v, list) and len(v) == 2 for v in changes.values()
+    )
 
 
 # ---------------------------------------------------------------- schedules

@@ -7,6 +7,7 @@ Owned by the runner (main process); writes policy files, the lineage log (lineag
 from __future__ import annotations
 
 import copy
+import json
 import logging
 import math
 import os
@@ -17,6 +18,7 @@ from typing import Any, Collection, Optional
 import numpy as np
 
 from rl_pbt.logging.files import (
+    atomic_write,
     atomic_write_json,
     pbt_dir,
     policy_cfg_path,
@@ -71,6 +73,32 @@ def _plain(v: Any) -> Any:
     return v.item() if isinstance(v, np.generic) else v
 
 
+def search_space_of(cfg: Any, default_hparams: dict[str, float], default_shaping: Optional[dict]):
+    """(starting learning values, flat starting shaping, the search-space file's entries, the
+    search space, notes on it) of a population: ValueError naming the entry when the file and
+    the env do not fit. Reads files only (the runner checks a run's PBT with it before it
+    writes anything)."""
+    base_shaping = flatten_shaping(default_shaping) if default_shaping is not None else None
+    base_hparams = {k: _plain(v) for k, v in default_hparams.items()}
+    overrides = load_search_space_file(getattr(cfg, "pbt_search_space", None))
+    if getattr(cfg, "pbt_optimize_gamma", False) and "gamma" not in base_hparams:
+        base_hparams["gamma"] = float(cfg.gamma)
+    for name, spec in overrides.items():  # extra learning parameters named by the file
+        if is_shaping_key(name) or name in base_hparams or not spec.tuned:
+            continue
+        value = getattr(cfg, name, None) if spec.default is None else spec.default
+        if value is None:
+            raise ValueError(
+                f"search space entry {name!r}: no starting value (not a passed "
+                f"hyperparameter nor a flag; give it a 'default')"
+            )
+        base_hparams[name] = _plain(value)
+    space, notes = build_search_space(
+        base_hparams, base_shaping, bool(getattr(cfg, "pbt_optimize_gamma", False)), overrides
+    )
+    return base_hparams, base_shaping, overrides, space, notes
+
+
 class PBTManager:
     """Population state and the PBT loop. See update() for when a policy gets a decision.
 
@@ -111,23 +139,8 @@ class PBTManager:
         self.budget = getattr(cfg, "train_for_env_steps", None)
         self.mutate_reference = bool(getattr(cfg, "pbt_mutate_reference_policy", False))
 
-        base_shaping = flatten_shaping(default_shaping) if default_shaping is not None else None
-        base_hparams = {k: _plain(v) for k, v in default_hparams.items()}
-        overrides = load_search_space_file(getattr(cfg, "pbt_search_space", None))
-        if getattr(cfg, "pbt_optimize_gamma", False) and "gamma" not in base_hparams:
-            base_hparams["gamma"] = float(cfg.gamma)
-        for name, spec in overrides.items():  # extra learning parameters named by the file
-            if is_shaping_key(name) or name in base_hparams or not spec.tuned:
-                continue
-            value = getattr(cfg, name, None) if spec.default is None else spec.default
-            if value is None:
-                raise ValueError(
-                    f"search space entry {name!r}: no starting value (not a passed "
-                    f"hyperparameter nor a flag; give it a 'default')"
-                )
-            base_hparams[name] = _plain(value)
-        self.space, notes = build_search_space(
-            base_hparams, base_shaping, bool(getattr(cfg, "pbt_optimize_gamma", False)), overrides
+        base_hparams, base_shaping, overrides, self.space, notes = search_space_of(
+            cfg, default_hparams, default_shaping
         )
 
         self.hparams: list[dict[str, Any]] = []
@@ -137,12 +150,17 @@ class PBTManager:
         self._windows: list[deque] = []
         self.rng = np.random.default_rng(seed if seed is not None else getattr(cfg, "seed", None))
         self.rebuilt_note: Optional[str] = None
+        # lineage events that state.json accounts for: the file may hold more, appended by a
+        # PBT step whose state was never saved (a crash between the two); they are dropped
+        self.lineage_events = 0
+        self._events: list[dict] = []  # made by the update under way, written at its end
 
         state = self._read_state(base_hparams, base_shaping)
         self.restored = state is not None  # a resumed run: its own values hold
         if self.restored:
             self._restore(state, base_hparams, base_shaping)
             self._write_policy_files(range(num_policies))
+            self._drop_uncommitted_events(state.get("lineage_events"))
         else:
             for _ in range(num_policies):
                 self.hparams.append(dict(base_hparams))
@@ -155,13 +173,12 @@ class PBTManager:
                 self._init_random()
             self._refresh_shaping()
             self._write_policy_files(range(num_policies))
-            for p in range(num_policies):
-                values = self._values(p)
-                append_event(
-                    self.lineage_path,
-                    make_event(p, "init", 0, {k: [None, v] for k, v in values.items()}),
-                )
-            self.save()
+            self._commit(
+                [
+                    make_event(p, "init", 0, {k: [None, v] for k, v in self._values(p).items()})
+                    for p in range(num_policies)
+                ]
+            )
         notes += self._fit_bounds_to_members(overrides)
         self.space_notes = notes  # worth one console line each (the runner prints them)
         for note in notes:
@@ -226,7 +243,8 @@ class PBTManager:
         return lineage_path(self.exp_dir)
 
     def save(self) -> None:
-        """Write {exp_dir}/pbt/state.json atomically (values, last updates, windows, rng)."""
+        """Write {exp_dir}/pbt/state.json atomically (values, last updates, windows, rng, how
+        many lineage events it accounts for)."""
         atomic_write_json(
             self.state_path,
             {
@@ -237,8 +255,47 @@ class PBTManager:
                 "last_update": self.last_update,
                 "windows": [list(w) for w in self._windows],
                 "rng": self.rng.bit_generator.state,
+                "lineage_events": self.lineage_events,
             },
         )
+
+    def _commit(self, events: list[dict]) -> None:
+        """A PBT step's lineage events, then the state that accounts for them: state.json is
+        the step's commit point (see `_drop_uncommitted_events`)."""
+        for event in events:
+            append_event(self.lineage_path, event)
+        self.lineage_events += len(events)
+        self.save()
+
+    def _drop_uncommitted_events(self, committed: Optional[int]) -> None:
+        """Events past the `committed` count of state.json come from a step whose state was
+        never saved: the resumed run takes that step again, so they would be there twice."""
+        events = read_events(self.lineage_path)
+        if committed is None or len(events) <= committed:  # a state.json from before the count
+            self.lineage_events = len(events)
+            return
+        log.warning(
+            "%s: %d event(s) of a PBT step that was not saved (the run stopped in between) dropped",
+            self.lineage_path,
+            len(events) - committed,
+        )
+        kept = events[:committed]
+        atomic_write(
+            self.lineage_path,
+            lambda f: f.write("".join(json.dumps(e, sort_keys=True) + "\n" for e in kept)),
+        )
+        self.lineage_events = committed
+
+    def _memory(self) -> tuple:
+        return copy.deepcopy(
+            (self.hparams, self._shaping_flat, self.last_update, self._windows)
+        ) + (self.rng.bit_generator.state, self.lineage_events)
+
+    def _recall(self, memory: tuple) -> None:
+        self.hparams, self._shaping_flat, self.last_update, self._windows = memory[:4]
+        self.rng.bit_generator.state = memory[4]
+        self.lineage_events = memory[5]
+        self._refresh_shaping()
 
     def _read_state(
         self, base_hparams: dict[str, Any], base_shaping: Optional[dict[str, float]]
@@ -370,27 +427,40 @@ class PBTManager:
             raise ValueError("pbt_target_objective='elo' needs one rating per policy")
         steps = [int(s) for s in env_steps]
         for p, last in enumerate(self.last_update):
-            if last is None:  # rebuilt state: a period counts from the first steps seen
+            # rebuilt state: a period counts from the first steps seen. 0 is what the runner
+            # holds before a resumed learner has reported: not yet a count to start from
+            if last is None and steps[p] > 0:
                 self.last_update[p] = steps[p]
         if min(steps) < self.start:
             return []
         due = [
             p
             for p in range(self.num_policies)
-            if steps[p] - self.last_update[p] >= self.period
+            if self.last_update[p] is not None
+            and steps[p] - self.last_update[p] >= self.period
             and (self.budget is None or steps[p] < self.budget)
         ]
-        decisions = []
-        replaced: set[int] = set()  # their new weights do not exist yet: not a source this call
-        for p in due:
-            decision = self._update_policy(p, steps[p], ratings, replaced)
-            self.last_update[p] = steps[p]
-            if decision is not None:
-                decisions.append(decision)
-                if decision.source_id is not None:
-                    replaced.add(p)
-        if due:
-            self.save()
+        if not due:
+            return []
+        # all or nothing: a step that fails half way (a full disk) leaves the state it found
+        memory = self._memory()
+        try:
+            self._events = []
+            decisions = []
+            replaced: set[int] = set()  # their new weights do not exist yet: no source this call
+            for p in due:
+                decision = self._update_policy(p, steps[p], ratings, replaced)
+                self.last_update[p] = steps[p]
+                if decision is not None:
+                    decisions.append(decision)
+                    if decision.source_id is not None:
+                        replaced.add(p)
+            self._commit(self._events)
+        except BaseException:
+            self._recall(memory)
+            raise
+        finally:
+            self._events = []
         return decisions
 
     def _table(self, ratings: Optional[list[float]]) -> dict[int, list[float]]:
@@ -437,8 +507,7 @@ class PBTManager:
         if src is not None:
             self._windows[p].clear()  # the copied weights start a fresh objective record
         self._write_policy_files([p])
-        append_event(
-            self.lineage_path,
+        self._events.append(
             make_event(
                 p,
                 "replace" if src is not None else "mutate",

@@ -11,6 +11,25 @@ from typing import Optional
 
 from rl_pbt.pbt.lineage import read_events, schedule_for
 from rl_pbt.pbt.manager import PBTDecision
+from rl_pbt.pbt.search_space import flatten_shaping
+
+
+def _check_shaping_keys(schedule, default_shaping: Optional[dict], lineage_file: str) -> None:
+    """The recorded shaping must fit the env it is replayed on: ValueError naming the keys
+    the env lacks (the rollout workers would otherwise fail on them mid-run)."""
+    known = set(flatten_shaping(default_shaping)) if default_shaping is not None else set()
+    recorded: set[str] = set()
+    for _, _, shaping in schedule:
+        if shaping is not None:
+            recorded |= set(flatten_shaping(shaping))
+    missing = sorted(recorded - known)
+    if missing:
+        has = f"its shaping has {sorted(known)}" if known else "it has no reward shaping"
+        raise ValueError(
+            f"--pbt_replay_lineage={lineage_file}: the schedule sets reward shaping "
+            f"{missing}, which this env does not have ({has}); replay it on the env it was "
+            "recorded on"
+        )
 
 
 class ScheduleReplayer:
@@ -30,6 +49,7 @@ class ScheduleReplayer:
             raise ValueError(
                 f"--pbt_replay_policy={policy_id}: no events for that policy in {lineage_file}"
             )
+        _check_shaping_keys(self.schedule, default_shaping, lineage_file)
         self.hparams = [dict(default_hparams)]
         self.shaping = [default_shaping]
         self.next = 0

@@ -11,6 +11,12 @@ import queue as std_queue
 from dataclasses import dataclass, field
 from typing import Any, Optional, Union
 
+# values of the shared stop flag (RunSpec.stop_flag): 0 running; STOPPING, the runner is
+# stopping and its Stop messages follow; STOP_NOW, no message will follow (the runner's loop is
+# stuck): learners save at once
+STOPPING = 1
+STOP_NOW = 2
+
 # --- rollout worker -> learner -----------------------------------------------------------
 
 

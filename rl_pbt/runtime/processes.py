@@ -101,9 +101,12 @@ def check_picklable_registry(registry: dict[str, EnvEntry], env_name: str, metho
 
 
 ORPHAN_GRACE_S = 10.0
+# a learner may be in the middle of a long training iteration when the runner dies, and then
+# has its checkpoint to write: as long as a stopping runner gives it (runner.STOP_GRACE_S)
+LEARNER_ORPHAN_GRACE_S = 30.0
 
 
-def _end_if_orphaned() -> None:
+def _end_if_orphaned(grace_s: float) -> None:
     """A child whose runner died stops by itself (learners save first), seeing it through
     `ParentWatch` in its loop. If its main thread is blocked for good instead (on a shared
     queue left locked by the killed runner), this thread ends the process after a grace
@@ -111,12 +114,17 @@ def _end_if_orphaned() -> None:
     parent = os.getppid()
     while os.getppid() == parent:
         time.sleep(1.0)
-    time.sleep(ORPHAN_GRACE_S)
+    time.sleep(grace_s)
     os._exit(1)
 
 
 def child_setup(
-    spec: RunSpec, role: str, index: int, restart: int = 0, hide_gpus: bool = False
+    spec: RunSpec,
+    role: str,
+    index: int,
+    restart: int = 0,
+    hide_gpus: bool = False,
+    orphan_grace_s: float = ORPHAN_GRACE_S,
 ) -> int:
     """First thing in every child: one CPU thread, the user's envs, this child's own seeds.
 
@@ -131,7 +139,10 @@ def child_setup(
     restore_registry(spec.registry)
     if spec.scripted:
         restore_scripted(spec.cfg.env, spec.scripted)
-    threading.Thread(target=_end_if_orphaned, name="orphan-guard", daemon=True).start()
+    guard = threading.Thread(
+        target=_end_if_orphaned, args=(orphan_grace_s,), name="orphan-guard", daemon=True
+    )
+    guard.start()
     seed = derive_seed(spec.run_seed, role, index, restart)
     seed_everything(seed)
     return seed
@@ -146,6 +157,25 @@ def child_signals() -> None:
     signal.signal(signal.SIGTERM, signal.default_int_handler)
     if signal.getsignal(signal.SIGINT) is not signal.SIG_IGN:
         signal.signal(signal.SIGINT, signal.default_int_handler)
+
+
+class StopRequest:
+    """A learner's SIGINT/SIGTERM handler: it only notes the request, and the learner's loop
+    stops between two steps. Raised as KeyboardInterrupt instead, a signal would land on any
+    line: in the middle of an optimiser step or of a PBT weight copy (a half-updated model then
+    saved), or, a second time, in the middle of the final save (no checkpoint at all)."""
+
+    def __init__(self):
+        self.requested = False
+
+    def __call__(self, signum, frame) -> None:
+        self.requested = True
+
+    def install(self) -> StopRequest:
+        signal.signal(signal.SIGTERM, self)
+        if signal.getsignal(signal.SIGINT) is not signal.SIG_IGN:  # as child_signals
+            signal.signal(signal.SIGINT, self)
+        return self
 
 
 def seed_everything(seed: int) -> None:

@@ -7,6 +7,7 @@ happens in RolloutWorker.step() and Learner.train_on().
 
 from __future__ import annotations
 
+import collections
 import multiprocessing
 import os
 import pickle
@@ -86,6 +87,8 @@ from rl_pbt.runtime.devices import (
     visible_gpu_count,
 )
 from rl_pbt.runtime.messages import (
+    STOP_NOW,
+    STOPPING,
     ApplyPBT,
     ExportDone,
     ExportState,
@@ -151,6 +154,7 @@ class ComponentFailure(RuntimeError):
 WORKER_DEATHS_ALLOWED = 3
 RESTART_WINDOW_S = 600.0
 STOP_GRACE_S = 30.0  # children get this long to stop and save; a stuck runner waits as long
+PBT_SETTLE_S = 10.0  # at a stop, PBT steps already sent get this long to land before the saves
 HUNG_STOP_GRACE_S = 2.0  # a worker or inference process that stopped answering gets this
 # rl-pbt-train sets this to its own command line (with --restart_behavior=resume): a jammed run
 # restarts itself with it from its last checkpoints (--restart_on_jam)
@@ -310,9 +314,14 @@ class Runner:
     def __init__(self, cfg: Cfg):
         self.cfg = cfg
         # what the env is, before anything is written: a config error leaves the folder alone
-        probe = as_multiagent(
-            make_env(cfg.env, cfg, {"worker_index": -1, "vector_index": 0, "env_id": 0})
-        )
+        try:
+            probe = as_multiagent(
+                make_env(cfg.env, cfg, {"worker_index": -1, "vector_index": 0, "env_id": 0})
+            )
+        except (ConfigError, EnvContractError):
+            raise
+        except Exception as e:  # a missing dependency, a space the trainer cannot take, ...
+            raise ConfigError(f"--env={cfg.env}: the env cannot be made: {_one_line(e)}") from e
         self.obs_space, self.action_space = probe.observation_space, probe.action_space
         self.num_agents = int(probe.num_agents)
         target = reward_shaping_target(probe)
@@ -336,6 +345,16 @@ class Runner:
                 f"--selfplay_snapshot_prob={cfg.selfplay_snapshot_prob:g}: frozen snapshots are "
                 f"opponents in self-play, and --env={cfg.env} has one agent; leave the flag out"
             )
+        if self.num_agents == 1 and cfg.with_pbt and cfg.pbt_target_objective == "elo":
+            raise ConfigError(
+                "--pbt_target_objective=elo ranks on ratings from games between members: it "
+                f"needs a multi-agent env, and --env={cfg.env} has one agent"
+            )
+        if self.num_agents == 1 and cfg.matchmaking != "uniform":
+            raise ConfigError(
+                f"--matchmaking={cfg.matchmaking} draws opponents in self-play, and "
+                f"--env={cfg.env} has one agent; leave the flag out"
+            )
 
         check_experiment_dir(cfg)
         # devices and the start method, before anything is written: a config error (say
@@ -350,29 +369,23 @@ class Runner:
             check_picklable_registry(self.registry, cfg.env, self.start_method)
         # the run's seed: --seed, else a fresh one (logged); every process derives its own
         self.run_seed = cfg.seed if cfg.seed is not None else fresh_seed()
+        seed_everything(self.run_seed)
+        self.num_policies = cfg.num_policies
+
+        # the network, the trajectory buffers and the PBT inputs, still before anything is
+        # written: a model that does not fit the env, buffers too large for the memory or a
+        # search space that does not fit the env stop here with one line
+        template = self._template_model()
+        self.n_params = sum(p.numel() for p in template.parameters())
+        self.buffers = self._allocate_buffers(template)
+        self._replayer = self._check_pbt_inputs()
 
         # a second run on the same folder stops here, before anything on disk is touched
         # (run() takes the lock and holds it until the end)
         self.run_lock = RunLock(cfg.train_dir, cfg.experiment)
         self.run_lock.check()
         self.exp_dir, self.resuming = prepare_experiment_dir(cfg)
-        save_cfg(cfg, os.path.join(self.exp_dir, "config.json"))
-        seed_everything(self.run_seed)
-        self.num_policies = cfg.num_policies
-
-        template = self.make_model()
         _warm_up_imports(template, self.start_method)
-        self.n_params = sum(p.numel() for p in template.parameters())
-        traj_per_iter = cfg.batch_size * cfg.num_batches_per_epoch // cfg.rollout
-        actors = cfg.num_workers * cfg.num_envs_per_worker * self.num_agents
-        self.buffers = TrajectoryBuffers.allocate(
-            num_slots_needed(actors, cfg.num_policies, traj_per_iter),
-            cfg.rollout,
-            template.obs_spec,
-            template.act_spec,
-            template.rnn_size,
-            recurrence(cfg),
-        )
         rows = cfg.num_policies + (cfg.selfplay_snapshot_pool_size if self.use_snapshots else 0)
         # one more row: a state copied in from another node group lands there (never in the
         # target's own transfer row, which a copy inside the group may be reading)
@@ -458,12 +471,71 @@ class Runner:
         self._loop_alive = time.monotonic()  # the watchdog's view of the main loop
         self.proc_hb: dict[str, int] = {}  # process name -> its (first) heartbeat row
         self.copy_decided_at: dict[int, float] = {}
+        # per policy: learning values (ApplyPBT) sent and not yet confirmed ("pbt_applied")
+        self.pbt_unapplied: collections.Counter = collections.Counter()
+        self.learner_proc_of: dict[int, str] = {}  # policy -> the process hosting its learner
         # per replacement: seconds from the decision to the weights copied, to the first
         # trajectory from the copied weights, to the first update on it
         self.copy_latencies: list[tuple[float, float, float]] = []
         self.start_time = time.time()
         # a node group of a population on several machines: its PBT is decided outside
         self.control: Optional[GroupControl] = None
+        # last: a run stopped by an error above leaves the config of the run it resumes alone
+        save_cfg(cfg, os.path.join(self.exp_dir, "config.json"))
+
+    def _template_model(self):
+        try:
+            return self.make_model()
+        except ConfigError:
+            raise
+        except (ValueError, RuntimeError, TypeError, NotImplementedError) as e:
+            raise ConfigError(
+                f"--env={self.cfg.env}: no model for its observations {self.obs_space} and "
+                f"actions {self.action_space} with these flags: {_one_line(e)}"
+            ) from e
+
+    def _allocate_buffers(self, template) -> TrajectoryBuffers:
+        cfg = self.cfg
+        traj_per_iter = cfg.batch_size * cfg.num_batches_per_epoch // cfg.rollout
+        actors = cfg.num_workers * cfg.num_envs_per_worker * self.num_agents
+        slots = num_slots_needed(actors, cfg.num_policies, traj_per_iter)
+        try:
+            return TrajectoryBuffers.allocate(
+                slots,
+                cfg.rollout,
+                template.obs_spec,
+                template.act_spec,
+                template.rnn_size,
+                recurrence(cfg),
+            )
+        except (MemoryError, RuntimeError) as e:
+            raise ConfigError(
+                f"the trajectory buffers ({slots:,} slots of --rollout={cfg.rollout} steps, for "
+                f"{actors:,} actors and --batch_size={cfg.batch_size}) do not fit in memory "
+                f"({_one_line(e)}); lower --num_workers, --num_envs_per_worker, --rollout or "
+                "--batch_size, or the model's sizes"
+            ) from e
+
+    def _check_pbt_inputs(self):
+        """The lineage to replay (returned) or the search space, checked against the env."""
+        cfg = self.cfg
+        try:
+            if cfg.pbt_replay_lineage:
+                from rl_pbt.pbt.replay import ScheduleReplayer
+
+                return ScheduleReplayer(
+                    cfg.pbt_replay_lineage,
+                    cfg.pbt_replay_policy,
+                    default_hparams(cfg),
+                    self.default_shaping,
+                )
+            if cfg.with_pbt:
+                from rl_pbt.pbt.manager import search_space_of
+
+                search_space_of(cfg, default_hparams(cfg), self.default_shaping)
+        except ValueError as e:
+            raise ConfigError(str(e)) from None
+        return None
 
     # --- factories --------------------------------------------------------------------------
     def make_model(self):
@@ -497,15 +569,8 @@ class Runner:
         )
 
     def _make_pbt(self):
-        if self.cfg.pbt_replay_lineage:
-            from rl_pbt.pbt.replay import ScheduleReplayer
-
-            return ScheduleReplayer(
-                self.cfg.pbt_replay_lineage,
-                self.cfg.pbt_replay_policy,
-                default_hparams(self.cfg),
-                self.default_shaping,
-            )
+        if self._replayer is not None:
+            return self._replayer
         if not self.cfg.with_pbt:
             return None
         from rl_pbt.pbt.manager import PBTManager, PBTStateError
@@ -520,7 +585,7 @@ class Runner:
                 seed=derive_seed(self.run_seed, "pbt"),
                 initial_values=self.policy_values,
             )
-        except PBTStateError as e:  # one line and exit status 2, like a bad flag
+        except (PBTStateError, ValueError) as e:  # one line and exit status 2, like a bad flag
             raise ConfigError(str(e)) from None
 
     def _elo_path(self) -> str:
@@ -537,6 +602,7 @@ class Runner:
                 hparams = split_values(self.policy_values[p])[0] if self.policy_values else {}
             if hparams:
                 self.learner_queues[p].put(ApplyPBT(p, None, hparams))
+                self.pbt_unapplied[p] += 1
 
     def _policy_shaping(self, p: int) -> Optional[dict]:
         """Policy p's reward shaping now: PBT's (restored on resume), else the defaults with
@@ -582,14 +648,25 @@ class Runner:
                 log(f"WARNING: {self.pbt.rebuilt_note}")
             for note in self.pbt.space_notes:
                 log(f"PBT search space: {note}")
+            first = max(cfg.pbt_start_mutation, cfg.pbt_period_env_steps)
+            if first >= cfg.train_for_env_steps:
+                log(
+                    f"WARNING: --with_pbt: no PBT step fits in --train_for_env_steps="
+                    f"{cfg.train_for_env_steps}: the first comes once every policy is past "
+                    f"--pbt_start_mutation={cfg.pbt_start_mutation} and has trained "
+                    f"--pbt_period_env_steps={cfg.pbt_period_env_steps} (set them lower)"
+                )
         self.run_lock.acquire()
-        previous = _set_signal(signal.SIGTERM, _interrupt_on_sigterm)
+        # the stop sets its own handlers: a caller's (a script training twice) come back after
+        previous = {sig: signal.getsignal(sig) for sig in (signal.SIGINT, signal.SIGTERM)}
+        _set_signal(signal.SIGTERM, _interrupt_on_sigterm)
         try:
             status = self._run_serial() if cfg.serial_mode else self._run_parallel()
         finally:
-            if previous is not None:
-                signal.signal(signal.SIGTERM, previous)
-            self.stats.close()
+            for sig, handler in previous.items():
+                if handler is not None:
+                    _set_signal(sig, handler)
+            _try_write("the logs", self.stats.close)
             self.run_lock.release()
             if self.control is not None:
                 self.control.fail_all("the node group's run ended")
@@ -606,10 +683,19 @@ class Runner:
                 has_pbt=self.pbt is not None,
                 selfplay=self.num_agents > 1,
                 best_policy=self.stats.best_policy(),
+                own_env=self._own_env(),
             ),
             flush=True,
         )
         return status
+
+    def _own_env(self) -> bool:
+        """The env was registered by the user's code (not a built-in, not a gymnasium id)."""
+        entry = self.registry.get(self.cfg.env)
+        if entry is None:
+            return False
+        module = getattr(entry.make_env, "__module__", "") or ""
+        return module.split(".")[0] not in ("envs", "rl_pbt")
 
     def _scripted_opponent(self, probe) -> Optional[str]:
         """The seat id of --pbt_target_objective=vs_scripted:NAME's player (None without one),
@@ -724,9 +810,14 @@ class Runner:
         for w, worker in enumerate(workers):
             for msg in drain(self.worker_queues[w]):
                 worker.handle(msg)
-        in_flight = [msg for q in self.learner_queues for msg in drain(q)]
-        for msg in in_flight:
-            host.handle(msg)
+        in_flight: list = []
+        for _ in range(8):  # a source's export sends the copy on to the target's queue
+            arrived = [msg for q in self.learner_queues for msg in drain(q)]
+            if not arrived:
+                break
+            for msg in arrived:
+                host.handle(msg)
+            in_flight += arrived
         if in_flight:
             log("a PBT step was under way at the stop: the next run resumes from the checkpoints")
         return not in_flight
@@ -777,6 +868,7 @@ class Runner:
             name = f"learner_{group[0]}"
             if len(group) > 1:
                 name = f"learners_{self.device_of[group[0]]}"
+            self.learner_proc_of.update({p: name for p in group})
             self._start(ctx, learner_process_main, name, (spec, group), spec.learner_hb(group[0]))
         self._initial_messages()
         if self.inference is not None:
@@ -879,7 +971,7 @@ class Runner:
                 "left locked by a process killed inside it?); stopping: the learners save "
                 "what they can, then every process ends"
             )
-            self.stop_flag[0] = 1
+            self.stop_flag[0] = STOP_NOW  # no Stop message can follow: save at once
             # the learners' saves are what matters: go on once they have all ended
             savers = [p for p in self.processes if _is_learner(p.name)]
             deadline = time.monotonic() + STOP_GRACE_S
@@ -935,17 +1027,15 @@ class Runner:
     def _shutdown(self) -> None:
         """Stop everyone, let the learners save, write the side state. Never raises on a
         component's error: a second failure reported while stopping is only logged."""
-        self.stop_flag[0] = 1
+        self.stop_flag[0] = STOPPING
         # a second SIGINT/SIGTERM (timeout, docker stop, Slurm) must not cut the saves short
         for sig in (signal.SIGINT, signal.SIGTERM):
             _set_signal(sig, _log_signal_while_stopping)
-        stops = [(q, Stop()) for q in self.worker_queues]
-        stops += [(self.learner_queues[p], Stop(save=True)) for p in range(self.num_policies)]
-        for q, stop in stops:
-            try:
-                q.put(stop, timeout=5)
-            except Exception as e:  # a full or broken queue must not stop the others' saves
-                log(f"could not send stop: {e!r}")
+        self._send_stops([(q, Stop()) for q in self.worker_queues])
+        self._settle_pbt()
+        self._send_stops(
+            [(self.learner_queues[p], Stop(save=True)) for p in range(self.num_policies)]
+        )
         start = time.time()
         hung = self._hung_children()
         for proc in self.processes:
@@ -958,11 +1048,48 @@ class Runner:
                 why = "still not answering" if proc.name in hung else "did not stop in time"
                 log(f"{proc.name} {why}; terminating it")
                 proc.terminate()
+        for proc in self.processes:  # a learner takes SIGTERM as a request to stop: no more
+            proc.join(timeout=HUNG_STOP_GRACE_S)
+            if proc.is_alive():
+                proc.kill()
         self._consume_reports(raise_errors=False)
         self._save_side_state()
         self.stats.status_line(
             self.env_steps, self.versions, time.time() - self.start_time, force=True
         )
+
+    @staticmethod
+    def _send_stops(stops: list) -> None:
+        for q, stop in stops:
+            try:
+                q.put(stop, timeout=5)
+            except Exception as e:  # a full or broken queue must not stop the others' saves
+                log(f"could not send stop: {e!r}")
+
+    def _settle_pbt(self) -> None:
+        """Before the learners save: let the PBT steps already sent land (up to PBT_SETTLE_S).
+        pbt/state.json records a step when it is decided; a copy still on its way at the save
+        would leave the member with the new values on its old weights after a resume."""
+        deadline = time.monotonic() + PBT_SETTLE_S
+        by_name = {proc.name: proc for proc in self.processes}
+
+        def waiting() -> list[int]:
+            return [
+                p
+                for p, n in self.pbt_unapplied.items()
+                if n > 0 and by_name.get(self.learner_proc_of.get(p)) is not None
+                and by_name[self.learner_proc_of[p]].is_alive()
+            ]  # fmt: skip
+
+        while waiting() and time.monotonic() < deadline:
+            self._consume_reports(timeout=0.05, raise_errors=False)
+        late = waiting()
+        if late:
+            who = ", ".join(f"p{p}" for p in sorted(late))
+            log(
+                f"WARNING: the PBT step of {who} had not landed {PBT_SETTLE_S:.0f} s into the "
+                "stop; after a resume it keeps its new values on the weights it had"
+            )
 
     def _hung_children(self) -> set[str]:
         """The workers and inference processes the heartbeats found silent: they hold no
@@ -1056,6 +1183,8 @@ class Runner:
                         self.control.record_snapshot(msg.data["id"], p, steps)
                 if msg.kind == "loaded":
                     log(f"policy {msg.policy_id}: {msg.detail}")
+                if msg.kind == "pbt_applied" and self.pbt_unapplied[msg.policy_id] > 0:
+                    self.pbt_unapplied[msg.policy_id] -= 1
                 if msg.kind == "copy_trained" and msg.policy_id in self.copy_decided_at:
                     decided = self.copy_decided_at.pop(msg.policy_id)
                     # wall clocks of two processes: never print a negative delay
@@ -1082,14 +1211,16 @@ class Runner:
         ratings = None
         if self.cfg.pbt_target_objective == "elo":
             ratings = [self.elo.rating(p) for p in range(self.num_policies)]
-        for d in self.pbt.update(list(self.env_steps), ratings=ratings):
-            self._apply_decision(d.policy_id, d.source_id, d.hparams, d.shaping)
-            self.stats.pbt_event(d)
+        with _SignalsDeferred():  # a step is decided, recorded and sent whole, or not at all
+            for d in self.pbt.update(list(self.env_steps), ratings=ratings):
+                self._apply_decision(d.policy_id, d.source_id, d.hparams, d.shaping)
+                self.stats.pbt_event(d)
 
     def _apply_decision(self, policy: int, source, hparams: dict, shaping) -> None:
         """Send a PBT decision on its way: the source's state exported first when it copies
         one, then the new values to the learner, the shaping to every worker."""
         apply = ApplyPBT(policy, source, dict(hparams))
+        self.pbt_unapplied[policy] += 1
         if source is None:
             self.learner_queues[policy].put(apply)
         else:
@@ -1123,6 +1254,7 @@ class Runner:
                 # exported again right after the import (into the same row): the reply is that
                 # state, to compare with the one sent
                 self.learner_queues[p].put(ApplyPBT(p, row, dict(command.hparams), export_to=row))
+                self.pbt_unapplied[p] += 1
                 self.control.waiting_exports.setdefault((p, row), []).append(reply)
                 self.copy_decided_at[p] = command.arrived_at
                 self.control.imported.add(p)
@@ -1216,6 +1348,14 @@ class Runner:
             q.put(SetSnapshots(dict(self.snapshot_rows)))
 
     def _save_side_state(self) -> None:
+        """pbt/state.json first (what the next run resumes from), then Elo and summary.json;
+        a write that fails (a full disk) is logged and the others are still tried."""
+        if self.pbt is not None:
+            _try_write("pbt/state.json", self.pbt.save)
+        _try_write("the Elo ratings", self._save_elo)
+        _try_write("summary.json", self._write_summary)
+
+    def _write_summary(self) -> None:
         summary = self.stats.summary(self.env_steps)
         summary["seed"] = self.run_seed  # drawn when --seed was not given: --seed repeats it
         summary["worker_restarts"] = self.worker_restarts
@@ -1227,9 +1367,6 @@ class Runner:
             forwards, actors = self.inference.io.stats.sum(0).tolist()
             summary["inference_batch_size"] = actors / forwards if forwards else 0.0
         atomic_write_json(os.path.join(self.exp_dir, "summary.json"), summary)
-        if self.pbt is not None:
-            self.pbt.save()
-        self._save_elo()
 
 
 class _TurnEndStop:
@@ -1259,6 +1396,52 @@ class _TurnEndStop:
     def __exit__(self, *exc) -> None:
         for sig, handler in self.previous.items():
             signal.signal(sig, handler)
+
+
+class _SignalsDeferred:
+    """SIGINT/SIGTERM arriving inside a step that must not be cut in half (a PBT step: the
+    members' values, the policy files, the lineage, state.json and the messages to the
+    learners) are handled as the step ends."""
+
+    SIGNALS = (signal.SIGINT, signal.SIGTERM)
+
+    def __enter__(self):
+        self.previous: dict = {}
+        self.arrived: Optional[int] = None
+        for sig in self.SIGNALS:
+            previous = _set_signal(sig, self._note)
+            if previous is not None:
+                self.previous[sig] = previous
+        return self
+
+    def _note(self, signum, frame) -> None:
+        self.arrived = signum
+
+    def __exit__(self, *exc) -> None:
+        for sig, handler in self.previous.items():
+            signal.signal(sig, handler)
+        sig = self.arrived
+        if sig is None or exc[0] is not None:
+            return
+        handler = self.previous.get(sig)
+        if callable(handler):
+            handler(sig, None)
+        elif handler == signal.SIG_DFL:
+            os.kill(os.getpid(), sig)
+
+
+def _one_line(e: BaseException) -> str:
+    text = str(e).strip().splitlines()
+    return f"{type(e).__name__}: {text[0] if text else ''}".rstrip(": ")
+
+
+def _try_write(what: str, write) -> bool:
+    try:
+        write()
+        return True
+    except OSError as e:
+        log(f"ERROR: could not write {what}: {e.strerror or e}")
+        return False
 
 
 def _set_signal(sig, handler):

@@ -231,8 +231,8 @@ class RolloutWorker(ServerActing):
             if self.cfg.decorrelate_envs_on_one_worker and self.num_agents == 1:
                 warm_up = int(self.rng.integers(0, 2 * self.T))
                 for _ in range(warm_up):
-                    step = self._env_call(e, "step()", env.step, [self.action_space.sample()])
-                    obs_list = step[0]
+                    action = self._warm_up_action(e, obs_list[0])
+                    obs_list = self._env_call(e, "step()", env.step, [action])[0]
                 # that episode was partly played at random: kept out of the statistics and
                 # PBT's objective windows
                 self.unscored[e] = warm_up > 0
@@ -242,6 +242,23 @@ class RolloutWorker(ServerActing):
         for i in range(self.num_actors):
             if self._trains(i):
                 self.slot[i] = self._acquire(1)[0]
+
+    def _warm_up_action(self, e: int, obs):
+        """A uniformly random action of the start-up warm-up; with an action mask, a random
+        legal one (the env is never handed an action its mask forbids)."""
+        if self.mask_heads is None:
+            return self.action_space.sample()
+        try:
+            mask = np.asarray(obs_to_dict(self.obs_space, obs)[MASK_KEY]).reshape(-1) > 0
+        except (ValueError, TypeError, KeyError, IndexError) as ex:
+            raise observation_misfit(self._where(e, 0), obs, self.obs_space, ex) from ex
+        row = np.zeros(len(self.mask_heads), dtype=self.action_dtype)
+        for head, (lo, hi) in enumerate(self.mask_heads):
+            legal = np.flatnonzero(mask[lo:hi])
+            if legal.size == 0:
+                raise empty_action_mask(self._where(e, 0), head, len(self.mask_heads))
+            row[head] = self.rng.choice(legal)
+        return to_env_action(self.act_spec, self.action_space, row)
 
     def _store_obs(self, actor: int, obs) -> None:
         try:

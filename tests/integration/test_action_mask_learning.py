@@ -118,3 +118,16 @@ def test_a_mask_without_a_legal_action_names_the_env_and_agent(tmp_path, capsys)
     line = next((ln for ln in text.splitlines() if "ERROR" in ln), "")
     assert "env 'masked_bandit_empty' (worker 0, copy 0, agent 0)" in line, text[-2000:]
     assert "the action mask allows no action" in line and "Traceback" not in text
+
+
+def test_the_start_up_warm_up_plays_legal_actions_only(tmp_path):
+    """--decorrelate_envs_on_one_worker (on by default) first plays each env copy a random
+    number of random steps: with a mask, random legal ones (action 0 raises in the env)."""
+    flags = [f for f in FLAGS if not f.startswith("--decorrelate")]
+    flags = [f if not f.startswith("--train_for") else "--train_for_env_steps=2000" for f in flags]
+    cfg = parse_cfg(
+        flags
+        + ["--serial_mode", "--num_workers=1", "--decorrelate_envs_on_one_worker=True"]
+        + [f"--train_dir={tmp_path}", "--experiment=warm"]
+    )
+    assert train(cfg) == 0

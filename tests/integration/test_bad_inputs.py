@@ -25,6 +25,8 @@ from rl_pbt.envs import registry
 ROOT = Path(__file__).resolve().parents[2]
 PBT = ["--with_pbt", "--num_policies=2"]
 LONG_TAG = "t" * 65
+# the run folder and a short serial run, for the cases that name an env other than CartPole
+ELSEWHERE = ["--train_dir={tmp}/runs", "--experiment=exp", "--serial_mode", "--num_workers=1"]
 
 
 @dataclass
@@ -298,6 +300,62 @@ CASES = [
         ["--policy_values", "rew.kill", "no reward shaping"],
         values([{}, {"rew.kill": 1.0}]),
     ),
+    # --- found once the env and the model are known, still before anything is written ---
+    Case(
+        "elo_one_agent",
+        [*PBT, "--pbt_target_objective=elo"],
+        ["--pbt_target_objective=elo", "multi-agent", "one agent"],
+    ),
+    Case("matchmaking_one_agent", ["--matchmaking=elo"], ["--matchmaking=elo", "one agent"]),
+    Case(
+        "objective_near_miss",
+        [*PBT, "--pbt_target_objective=vs_snapshot"],
+        ["--pbt_target_objective=vs_snapshot", "did you mean vs_snapshots?"],
+    ),
+    Case(
+        "objective_colon",
+        [*PBT, "--pbt_target_objective=vs_scriptd:chaser"],
+        ["vs_scriptd:chaser", "did you mean vs_scripted?"],
+    ),
+    Case(
+        "untuned_typo",
+        [*PBT, "--pbt_search_space={tmp}/space.json"],
+        ["'learnin_rate'", "did you mean learning_rate?"],
+        space({"learnin_rate": {"tune": False}}),
+    ),
+    Case(
+        "space_unknown_shaping_leaf",
+        ["--env=lure", *PBT, "--pbt_search_space={tmp}/space.json", *ELSEWHERE],
+        ["rew.nonexistent", "reward shaping"],
+        space({"rew.nonexistent": {"type": "float", "low": 0, "high": 1}}),
+        base=False,
+    ),
+    Case(
+        "replay_empty_lineage",
+        ["--pbt_replay_lineage={tmp}/empty.jsonl"],
+        ["--pbt_replay_lineage", "no lineage events"],
+        {"empty.jsonl": ""},
+    ),
+    Case(
+        "conv_larger_than_board",
+        ["--env=connect_four_planes", "--encoder_conv_architecture=convnet_simple", *ELSEWHERE],
+        ["--env=connect_four_planes", "no model", "Kernel size"],
+        base=False,
+    ),
+    Case(
+        "buffers_beyond_memory",
+        ["--rollout=1000000000", "--batch_size=1000000000"],  # terabytes: refused at once
+        ["trajectory buffers", "do not fit in memory", "--rollout"],
+    ),
+    Case(
+        "observation_space_unsupported",
+        ["--env=Blackjack-v1", *ELSEWHERE],
+        ["--env=Blackjack-v1", "unsupported observation space"],
+        base=False,
+    ),
+    Case("population_too_large", ["--num_policies=1e100"], ["--num_policies", "must be below"]),
+    Case("lag_overflow", ["--max_policy_lag=1e30"], ["--max_policy_lag", "below 2**63"]),
+    Case("no_mlp_layer", ["--encoder_mlp_layers"], ["--encoder_mlp_layers", "at least one"]),
     # --- experiment names and folders ---
     Case("exp_parent", ["--experiment=../x"], ["--experiment='../x'", "plain folder name"]),
     Case("exp_path", ["--experiment=a/b"], ["--experiment='a/b'", "plain folder name"]),

@@ -17,6 +17,7 @@ import pytest
 
 from rl_pbt import parse_cfg, register_env
 from rl_pbt.config.parse import ConfigError
+from rl_pbt.learning.checkpoints import load_latest_checkpoint
 from rl_pbt.learning.learner_process import LearnerHost
 from rl_pbt.pbt.lineage import read_events
 from rl_pbt.runtime.runner import Runner, _MergedQueue
@@ -305,3 +306,62 @@ def test_old_checkpoints_are_not_deleted_through_a_link(tmp_path):
         learner.version += 1
     assert len(glob.glob(str(tmp_path / "runs" / "linkck" / "checkpoint_p1" / "*.pth"))) == 1
     runner.stats.close()
+
+
+@pytest.mark.parametrize("mode", ["serial", "processes"])
+def test_a_pbt_copy_sent_just_before_a_stop_lands_before_the_save(tmp_path, monkeypatch, mode):
+    """SIGTERM right after a copy is decided: pbt/state.json records the member's new values,
+    so its checkpoint must hold them too (the copy used to be dropped at the stop: new values
+    in the state, old weights and values in the checkpoint)."""
+    decided = []
+    apply = Runner._apply_decision
+
+    def then_sigterm(self, policy, source, hparams, shaping):
+        apply(self, policy, source, hparams, shaping)
+        if source is not None and not decided:
+            decided.append(policy)
+            os.kill(os.getpid(), signal.SIGTERM)
+
+    monkeypatch.setattr(Runner, "_apply_decision", then_sigterm)
+    extra = ["--serial_mode"] if mode == "serial" else ["--mp_start_method=fork"]
+    cfg = cfg_for(
+        tmp_path,
+        "copy_at_stop",
+        *extra,
+        "--num_policies=3",
+        "--num_workers=1",
+        "--with_pbt",
+        "--pbt_period_env_steps=1000",
+        "--pbt_start_mutation=0",
+        "--pbt_replace_fraction=0.5",
+        "--pbt_replace_reward_gap=0",
+        "--pbt_mutation_rate=1.0",
+        "--seed=3",
+        "--train_for_env_steps=200000",
+        "--train_for_seconds=120",
+    )
+    Runner(cfg).run()
+    assert decided, "no copy was decided"
+    exp = tmp_path / "runs" / "copy_at_stop"
+    state = json.loads((exp / "pbt" / "state.json").read_text())
+    for p in range(3):
+        _, checkpoint = load_latest_checkpoint(str(exp / f"checkpoint_p{p}"))
+        saved = checkpoint["hparams"]["learning_rate"]
+        assert saved == pytest.approx(state["hparams"][p]["learning_rate"]), p
+
+
+def test_a_failed_side_write_at_the_stop_leaves_the_others(tmp_path, monkeypatch, capsys):
+    """A full disk at the stop: summary.json cannot be written, pbt/state.json still is, and
+    the stop goes on (it used to raise out of the shutdown, skipping the rest)."""
+    runner = _pbt_run(tmp_path, 1000)
+    state_path = tmp_path / "runs" / "pbt" / "pbt" / "state.json"
+    state_path.unlink()
+
+    def full_disk():
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(runner, "_write_summary", full_disk)
+    runner._save_side_state()
+    runner.stats.close()
+    assert state_path.is_file()
+    assert "could not write summary.json: No space left on device" in capsys.readouterr().out

@@ -95,3 +95,17 @@ def test_pbt_run_replaces_mutates_and_reaches_envs(tmp_path, monkeypatch):
     early = {shaping for steps, shaping in installed if steps <= 24000 - 4000} - {default}
     assert early, installed
     assert early <= seen, (early - seen, seen)
+
+
+def test_a_budget_too_short_for_pbt_says_so_at_the_start(tmp_path, capsys):
+    """The defaults start PBT at 20M env steps: a short --with_pbt run would never take a
+    step, and the start says so, naming the flags."""
+    common = ["--env=CartPole-v1", "--with_pbt", "--num_policies=2", "--serial_mode"]
+    common += ["--num_workers=1", f"--train_dir={tmp_path}", "--train_for_env_steps=2000"]
+    assert train(parse_cfg(common + ["--experiment=short"])) == 0
+    out = capsys.readouterr().out
+    assert "WARNING: --with_pbt: no PBT step fits in --train_for_env_steps=2000" in out
+    assert "--pbt_start_mutation=20000000" in out
+    fits = ["--pbt_start_mutation=500", "--pbt_period_env_steps=500", "--experiment=fits"]
+    assert train(parse_cfg(common + fits)) == 0
+    assert "no PBT step fits" not in capsys.readouterr().out

@@ -262,3 +262,77 @@ def test_report_names_unreadable_run_files(copy_of, capsys):
     assert "no cross-play win rates on disk" not in out
     page = (exp / "report" / "index.html").read_text()
     assert "summary.json is unreadable" in page
+
+
+def test_report_skips_lineage_and_policy_files_of_the_wrong_shape(copy_of, capsys):
+    """Valid JSON of the wrong shape (a hand-edited file) is skipped, never a traceback."""
+    td = copy_of("pbt")
+    exp = td / "pbt"
+    with open(exp / "pbt" / "lineage.jsonl", "a") as f:
+        f.write('{"policy": "zero", "action": "mutate", "env_steps": 5}\n')
+        f.write('{"policy": 1, "action": "mutate", "env_steps": "later"}\n')
+    (exp / "policy_00_cfg.json").write_text("[1]")
+    assert report.main([f"--train_dir={td}", "--experiment=pbt"]) == 0
+    out, err = capsys.readouterr()
+    assert "Traceback" not in out + err and (exp / "report" / "index.html").is_file()
+
+
+def test_report_where_its_folder_cannot_be_made(copy_of, capsys):
+    td = copy_of("pbt")
+    (td / "pbt" / "report").write_text("a file where the report folder goes")
+    fails(capsys, report.main, [f"--train_dir={td}", "--experiment=pbt"], "cannot write the report")
+
+
+# ---------------------------------------------------------------------------- games cut short
+
+
+def test_match_says_when_max_steps_cut_games_short(runs, capsys):
+    argv = [f"--train_dir={runs}", "--experiment=c4", "--players", "p0", "random"]
+    assert match.main([*argv, "--games=4", "--max_steps=3"]) == 1  # no game of 4 moves ends
+    out, err = capsys.readouterr()
+    assert "no game ended within --max_steps=3 env steps" in err and "nan" not in out
+    # a game takes 7 to 42 moves: each side's 10 games end 1 to 6 of them in 45 steps
+    assert match.main([*argv, "--games=20", "--max_steps=45"]) == 0
+    out, _ = capsys.readouterr()
+    header = out.splitlines()[0]
+    note = next(line for line in out.splitlines() if line.startswith("note: "))
+    played = int(note.split()[1])
+    assert 2 <= played <= 12 and f"({played} games each" in header, out
+    assert "of the 20 games of p0 against random ended within --max_steps=45" in note
+
+
+def test_enjoy_says_when_no_episode_ended(runs, capsys):
+    argv = [f"--train_dir={runs}", "--experiment=pbt", "--episodes=2", "--max_steps=1"]
+    assert enjoy.main(argv) == 1
+    out, _ = capsys.readouterr()
+    assert "0 of 2 episodes ended within --max_steps=1 env steps; raise it" in out
+
+
+def test_a_checkpoint_that_does_not_fit_its_own_config_is_named_so(copy_of, capsys):
+    """config.json edited after training: the line says so, not that --env (not given)
+    disagrees with the run's env."""
+    for name in ("pbt", "c4"):
+        td = copy_of(name)
+        path = td / name / "config.json"
+        cfg = json.loads(path.read_text())
+        cfg["encoder_mlp_layers"] = [7]
+        path.write_text(json.dumps(cfg))
+    argv = [f"--train_dir={td}", "--experiment=pbt"]
+    line = fails(capsys, enjoy.main, argv, "does not fit", "config.json describes")
+    assert "disagrees" not in line
+    argv = [f"--train_dir={td}", "--experiment=c4", "--players", "p0", "p1"]
+    line = fails(capsys, match.main, argv, "does not fit", "config.json describes")
+    assert "differ from --env" not in line
+
+
+def test_enjoy_and_match_take_no_abbreviated_flags(runs, capsys):
+    with pytest.raises(SystemExit):
+        enjoy.main([f"--train_dir={runs}", "--exp=pbt"])
+    with pytest.raises(SystemExit):
+        match.main([f"--train_dir={runs}", "--exp=c4", "--players", "p0", "p1"])
+    capsys.readouterr()
+
+
+def test_replay_names_its_own_flag_when_one_is_misspelled(runs, capsys):
+    argv = [f"--train_dir={runs}", "--from_experiment=pbt", "--policy=1", "--polcy=3"]
+    fails(capsys, replay.main, argv, "unknown flag --polcy", "did you mean --policy?")

@@ -131,6 +131,39 @@ def test_truncated_newest_falls_back_with_one_warning(tmp_path, caplog):
     assert newer in msg and "is truncated" in msg.replace(newer, "") and "\n" not in msg
 
 
+def test_a_resume_sets_a_damaged_newest_aside_so_rotation_keeps_the_good_ones(tmp_path):
+    """Left in place, the damaged file would sort newest for good: every resume would try it
+    first, and it would hold one of the kept slots while the good checkpoints written after
+    the resume (at lower versions) were deleted."""
+    folder = str(tmp_path)
+    older, newer = two_checkpoints(folder)
+    with open(newer, "r+b") as f:
+        f.truncate(os.path.getsize(newer) // 2)
+    found = load_latest_checkpoint(folder)  # reading alone (enjoy, match) changes nothing
+    assert found[0] == older and os.path.exists(newer)
+    found = load_latest_checkpoint(folder, set_aside=True)
+    assert found[0] == older and found[1]["version"] == 1
+    assert not os.path.exists(newer) and os.path.exists(newer + ck.DAMAGED_SUFFIX)
+    assert checkpoint_files(folder) == [older]
+    for v in (2, 3, 4):  # the resumed learner goes on from version 1
+        write_checkpoint(folder, v, 100 * v, {"version": v}, keep=2)
+    assert [os.path.basename(f)[:23] for f in checkpoint_files(folder)] == [
+        "checkpoint_000000000003",
+        "checkpoint_000000000004",
+    ]
+    assert load_latest_checkpoint(folder)[1]["version"] == 4
+
+
+def test_nothing_is_set_aside_when_no_checkpoint_loads(tmp_path):
+    folder = str(tmp_path)
+    files = two_checkpoints(folder)
+    for path in files:
+        with open(path, "r+b") as f:
+            f.truncate(10)
+    assert load_latest_checkpoint(folder, set_aside=True) is None
+    assert checkpoint_files(folder) == list(files)
+
+
 def test_truncated_inside_the_header_is_reported(tmp_path):
     _, newer = two_checkpoints(str(tmp_path))
     with open(newer, "r+b") as f:

@@ -3,6 +3,7 @@ which would leave results unreadable to a team sharing a folder)."""
 
 import os
 import stat
+import time
 
 import pytest
 import torch
@@ -21,3 +22,20 @@ def test_written_files_follow_the_umask(tmp_path, umask, expected):
         os.umask(old)
     for path in (tmp_path / "summary.json", ckpt):
         assert stat.S_IMODE(os.stat(path).st_mode) == expected, path
+
+
+def test_atomic_write_clears_old_temp_files_of_the_same_file_only(tmp_path):
+    """A writer killed mid-write leaves .tmp_NAME* behind: old ones go at the next write of
+    NAME; a fresh one may be another writer's, and another file's temps are not touched."""
+    old = tmp_path / ".tmp_state.jsonab12"
+    fresh = tmp_path / ".tmp_state.jsoncd34"
+    other = tmp_path / ".tmp_summary.jsonef56"
+    for f in (old, fresh, other):
+        f.write_text("{")
+    long_ago = time.time() - 3600
+    for f in (old, other):
+        os.utime(f, (long_ago, long_ago))
+    atomic_write_json(str(tmp_path / "state.json"), {"a": 1})
+    assert sorted(os.listdir(tmp_path)) == sorted(
+        [".tmp_state.jsoncd34", ".tmp_summary.jsonef56", "state.json"]
+    )

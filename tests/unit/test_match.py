@@ -107,11 +107,11 @@ def test_cross_play_batched_table():
     env = arena()
     batch_env = make_batch_env("arena_duel", 4, seed=0)
     factories = {"chaser": chasers, "idle": lambda seats: SeatActors(Idle, seats)}
-    table, ratings = cross_play(env, ["chaser", "idle"], factories, 8, 100_000, batch_env)
+    table, ratings, played = cross_play(env, ["chaser", "idle"], factories, 8, 100_000, batch_env)
     assert table[0, 1] + table[1, 0] == pytest.approx(1.0)
     assert table[0, 1] >= 0.75
     assert ratings.rating("chaser") > ratings.rating("idle")
-    assert ratings.games.tolist() == [8, 8]
+    assert ratings.games.tolist() == [8, 8] and played.tolist() == [[0, 8], [8, 0]]
     assert ratings.score[0] == pytest.approx(table[0, 1])
 
 

@@ -381,3 +381,79 @@ def test_policy_replaced_in_an_update_is_not_a_source_in_the_same_update(tmp_pat
                 replaced.add(d.policy_id)
     assert copies >= 30  # the setting does copy often, so the check below means something
     assert chains == 0
+
+
+def test_lineage_events_of_an_unsaved_step_are_dropped_on_resume(tmp_path):
+    """The process died between a step's lineage lines and its state.json: the resumed run
+    takes that step again, and the lineage holds it once, not twice."""
+    mgr = make(tmp_path)
+    feed(mgr, GOOD_TO_BAD)
+    mgr.update([0] * N)
+    assert mgr.update([3000] * N)
+    committed = read_events(lineage_path(str(tmp_path)))
+    with open(mgr.state_path) as f:
+        state = f.read()
+    feed(mgr, GOOD_TO_BAD, seed=3)
+    assert mgr.update([4000] * N)
+    assert len(read_events(lineage_path(str(tmp_path)))) > len(committed)
+    with open(mgr.state_path, "w") as f:  # as if the step's state.json was never written
+        f.write(state)
+
+    again = make(tmp_path)
+    assert read_events(lineage_path(str(tmp_path))) == committed
+    assert again.last_update == [3000] * N
+    feed(again, GOOD_TO_BAD, seed=3)
+    redone = again.update([4000] * N)
+    events = read_events(lineage_path(str(tmp_path)))
+    assert len(events) == len(committed) + len(redone)
+    assert [e["env_steps"] for e in events].count(4000) == len(redone)
+
+
+def test_a_step_that_fails_to_save_leaves_the_state_it_found(tmp_path, monkeypatch):
+    mgr = make(tmp_path)
+    feed(mgr, GOOD_TO_BAD)
+    mgr.update([0] * N)
+    before = (
+        [dict(h) for h in mgr.hparams],
+        list(mgr.last_update),
+        mgr.objectives(),
+        mgr.lineage_events,
+        mgr.rng.bit_generator.state,
+    )
+
+    def full_disk():
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(mgr, "save", full_disk)
+    with pytest.raises(OSError):
+        mgr.update([3000] * N)
+    after = (
+        mgr.hparams,
+        mgr.last_update,
+        mgr.objectives(),
+        mgr.lineage_events,
+        mgr.rng.bit_generator.state,
+    )
+    assert after == before
+    monkeypatch.undo()
+    assert mgr.update([3000] * N)  # the step is taken once the disk has room
+
+
+def test_a_rebuilt_state_waits_for_real_step_counts(tmp_path):
+    """Rebuilt from the policy files (state.json lost), the last updates are unknown: the
+    zeros a resumed runner holds before its learners report must not start the period, or
+    every member past it would be due at once."""
+    mgr = make(tmp_path, pbt_start_mutation=0)
+    feed(mgr, GOOD_TO_BAD)
+    mgr.update([0] * N)
+    assert mgr.update([3000] * N)
+    os.remove(mgr.state_path)
+    again = make(tmp_path, pbt_start_mutation=0)
+    assert again.rebuilt_note and again.last_update == [None] * N
+    assert again.update([0] * N) == []
+    assert again.last_update == [None] * N
+    feed(again, GOOD_TO_BAD)
+    assert again.update([3000] * N) == []  # the resumed counts: a period starts here
+    assert again.last_update == [3000] * N
+    assert again.update([3999] * N) == []
+    assert again.update([4000] * N)

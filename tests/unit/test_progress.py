@@ -341,3 +341,18 @@ def test_end_of_run_text_quotes_paths_with_spaces():
     text = end_of_run_text("/tmp/my runs/a b", cfg, has_pbt=False, selfplay=False)
     assert "--experiment='a b' --train_dir='/tmp/my runs'" in text
     assert "tensorboard --logdir '/tmp/my runs/a b/.summary'" in text
+
+
+def test_end_of_run_text_for_an_env_of_the_users_own_script():
+    """A new process knows nothing of an env the user's script registered: the hints to play
+    it are calls to make in that script, after its register_env."""
+    cfg = SimpleNamespace(experiment="my run", train_dir="runs", env="my_env", num_policies=2)
+    text = end_of_run_text("runs/my run", cfg, has_pbt=False, selfplay=True, own_env=True)
+    assert "in your script, after registering my_env" in text
+    assert (
+        "from launch import enjoy; enjoy.main(['--experiment=my run', '--train_dir=runs', "
+        "'--policy=0'])" in text
+    )
+    assert "from launch import match; match.main(['--experiment=my run'" in text
+    assert "python -m launch.enjoy" not in text and "--env=my_env" not in text
+    assert "python -m launch.report --experiment='my run' --train_dir=runs" in text

@@ -1,0 +1,81 @@
+"""Signals at a stop: a learner notes SIGINT/SIGTERM and stops between two steps (a second
+signal never cuts its save short); the runner takes a signal that arrives inside a PBT step
+once the step is whole."""
+
+import multiprocessing as mp
+import os
+import signal
+import time
+
+import pytest
+
+from rl_pbt.runtime.processes import StopRequest
+from rl_pbt.runtime.runner import _SignalsDeferred
+
+
+def _learner_like(path: str) -> None:
+    request = StopRequest().install()
+    with open(path + ".ready", "w"):
+        pass
+    while not request.requested:
+        time.sleep(0.01)
+    time.sleep(1.0)  # a long save, with more signals arriving meanwhile
+    with open(path, "w") as f:
+        f.write("saved")
+
+
+def test_a_second_signal_does_not_cut_the_save_short(tmp_path):
+    path = str(tmp_path / "checkpoint")
+    proc = mp.get_context("spawn").Process(target=_learner_like, args=(path,))
+    proc.start()
+    deadline = time.monotonic() + 60
+    while not os.path.exists(path + ".ready") and time.monotonic() < deadline:
+        time.sleep(0.05)
+    for sig in (signal.SIGTERM, signal.SIGTERM, signal.SIGINT):
+        os.kill(proc.pid, sig)
+        time.sleep(0.2)
+    proc.join(timeout=30)
+    assert proc.exitcode == 0
+    with open(path) as f:
+        assert f.read() == "saved"
+
+
+def test_a_signal_inside_a_pbt_step_is_taken_at_its_end():
+    reached_end = False
+    with pytest.raises(KeyboardInterrupt):
+        with _SignalsDeferred():
+            os.kill(os.getpid(), signal.SIGINT)
+            time.sleep(0.05)  # the handler has run by now: it only noted the signal
+            reached_end = True
+    assert reached_end
+    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
+
+
+def test_no_signal_no_interrupt():
+    handler = signal.getsignal(signal.SIGTERM)
+    with _SignalsDeferred():
+        pass
+    assert signal.getsignal(signal.SIGTERM) is handler
+
+
+def test_a_run_gives_the_callers_signal_handlers_back(tmp_path):
+    """The stop sets handlers that only log a second Ctrl-C: after train() returns, Ctrl-C
+    must interrupt the caller's script again."""
+    from rl_pbt import parse_cfg, train
+
+    def mine(signum, frame):
+        raise KeyboardInterrupt
+
+    before = {sig: signal.signal(sig, mine) for sig in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        cfg = parse_cfg(
+            ["--env=CartPole-v1", "--num_workers=1", "--num_envs_per_worker=2", "--rollout=8"]
+            + ["--batch_size=16", "--train_for_env_steps=200", "--mp_start_method=fork"]
+            + [f"--train_dir={tmp_path}", "--experiment=handlers", "--encoder_mlp_layers=8"]
+        )
+        assert train(cfg) == 0
+        assert signal.getsignal(signal.SIGINT) is mine
+        assert signal.getsignal(signal.SIGTERM) is mine
+    finally:
+        for sig, handler in before.items():
+            signal.signal(sig, handler)
