@@ -708,8 +708,8 @@ def target_objective_problem(target: str) -> Optional[str]:
     """A --pbt_target_objective that looks like a misspelled reserved name (elo, vs_snapshots,
     vs_scripted:NAME) rather than an info key: taken as a key, PBT would rank on the episode
     return for the whole run."""
-    if target in ("elo", "vs_snapshots") or target.startswith("vs_scripted:"):
-        return None
+    if target in ("elo", "vs_snapshots", "vs_scripted") or target.startswith("vs_scripted:"):
+        return None  # vs_scripted without a player: the cross-flag checks ask for one
     bare = target.partition(":")[0]
     near = close_names(bare.lower(), ["elo", "vs_snapshots", "vs_scripted"])
     if bare.lower() in ("elo", "vs_snapshots", "vs_scripted") or near or ":" in target:

@@ -50,7 +50,12 @@ def summary(exp_dir):
 
 @pytest.mark.parametrize(
     "extra",
-    [["--mp_start_method=forkserver"], ["--mp_start_method=spawn"], ["--inference=device"]],
+    [
+        # forkserver starts children as spawn does, from a clean process: by hand (-m slow)
+        pytest.param(["--mp_start_method=forkserver"], marks=pytest.mark.slow),
+        ["--mp_start_method=spawn"],
+        ["--inference=device"],
+    ],
     ids=["forkserver", "spawn", "inference_device"],
 )
 def test_cartpole_learns_under_each_start_method(tmp_path, extra):

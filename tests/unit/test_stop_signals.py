@@ -41,14 +41,18 @@ def test_a_second_signal_does_not_cut_the_save_short(tmp_path):
 
 
 def test_a_signal_inside_a_pbt_step_is_taken_at_its_end():
-    reached_end = False
-    with pytest.raises(KeyboardInterrupt):
-        with _SignalsDeferred():
-            os.kill(os.getpid(), signal.SIGINT)
-            time.sleep(0.05)  # the handler has run by now: it only noted the signal
-            reached_end = True
-    assert reached_end
-    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
+    before = signal.signal(signal.SIGINT, signal.default_int_handler)  # Python's own
+    try:
+        reached_end = False
+        with pytest.raises(KeyboardInterrupt):
+            with _SignalsDeferred():
+                os.kill(os.getpid(), signal.SIGINT)
+                time.sleep(0.05)  # the handler has run by now: it only noted the signal
+                reached_end = True
+        assert reached_end
+        assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
+    finally:
+        signal.signal(signal.SIGINT, before)
 
 
 def test_no_signal_no_interrupt():
