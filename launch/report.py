@@ -313,7 +313,12 @@ def objective_section(run: RunData, figures) -> Section:
         )
     tag = pick_tag(run.timelines, OBJECTIVE_TAGS)
     if tag is None:
-        what = "holds no objective" if run.timelines else "is missing"
+        if run.timelines:
+            what = "holds no objective"
+        elif os.path.isfile(scalars_path(run.exp_dir)):
+            what = "holds no readable record"
+        else:
+            what = "is missing"
         sec.notes.append(f"the scalar log {path} {what}: no objective curves")
         return sec
     copies = [e for e in run.events if e["action"] == "replace"]

@@ -336,3 +336,12 @@ def test_enjoy_and_match_take_no_abbreviated_flags(runs, capsys):
 def test_replay_names_its_own_flag_when_one_is_misspelled(runs, capsys):
     argv = [f"--train_dir={runs}", "--from_experiment=pbt", "--policy=1", "--polcy=3"]
     fails(capsys, replay.main, argv, "unknown flag --polcy", "did you mean --policy?")
+
+
+def test_report_on_a_scalar_log_with_no_readable_line(copy_of, capsys):
+    td = copy_of("pbt")
+    (td / "pbt" / "stats" / "scalars.jsonl").write_text("{torn\nnot json\n")
+    assert report.main([f"--train_dir={td}", "--experiment=pbt"]) == 0
+    out = capsys.readouterr().out
+    assert "skipped 2 unreadable line(s)" in out
+    assert "holds no readable record" in out and "is missing" not in out
