@@ -25,7 +25,7 @@ from rl_pbt.logging.files import (
     policy_shaping_path,
     read_json,
 )
-from rl_pbt.pbt.exploit import ExploitSettings, choose_source
+from rl_pbt.pbt.exploit import MIN_EPISODES_TO_RANK, ExploitSettings, choose_source
 from rl_pbt.pbt.explore import ExploreSettings, explore, resample_value
 from rl_pbt.pbt.lineage import append_event, lineage_path, make_event, read_events
 from rl_pbt.pbt.search_space import (
@@ -132,6 +132,8 @@ class PBTManager:
             self.exploit_settings = replace(self.exploit_settings, strategy="tournament")
         self.explore_settings = ExploreSettings.from_cfg(cfg)
         self.window = int(getattr(cfg, "pbt_objective_window", 100))
+        need = 1 if self.elo else min(MIN_EPISODES_TO_RANK, self.window)
+        self.exploit_settings = replace(self.exploit_settings, min_episodes=need)
         self.period = int(cfg.pbt_period_env_steps)
         self.start = int(cfg.pbt_start_mutation)
         # a member past this has trained its whole budget: a decision would change nothing it
@@ -409,7 +411,10 @@ class PBTManager:
     # ------------------------------------------------------------ the PBT step
 
     def update(
-        self, env_steps: list[int], ratings: Optional[list[float]] = None
+        self,
+        env_steps: list[int],
+        ratings: Optional[list[float]] = None,
+        copying: Collection[int] = (),
     ) -> list[PBTDecision]:
         """Decisions for every policy that is due, in the order they must be applied.
 
@@ -417,7 +422,8 @@ class PBTManager:
         budget (train_for_env_steps) and the whole population is past pbt_start_mutation. Only
         policies whose weights or values change get a decision; every due policy's last update
         moves to its current env steps. After a resume the restored last updates hold, so a
-        restart alone never triggers a step.
+        restart alone never triggers a step. `copying`: members whose earlier copy has not
+        landed yet (their weights are still the old ones): not a source.
         """
         if len(env_steps) != self.num_policies:
             raise ValueError(
@@ -439,6 +445,8 @@ class PBTManager:
             if self.last_update[p] is not None
             and steps[p] - self.last_update[p] >= self.period
             and (self.budget is None or steps[p] < self.budget)
+            # not judged before it has played enough: it waits, its period not spent
+            and (self.elo or len(self._windows[p]) >= self.exploit_settings.min_episodes)
         ]
         if not due:
             return []
@@ -447,7 +455,7 @@ class PBTManager:
         try:
             self._events = []
             decisions = []
-            replaced: set[int] = set()  # their new weights do not exist yet: no source this call
+            replaced = set(copying)  # their new weights do not exist yet: no source
             for p in due:
                 decision = self._update_policy(p, steps[p], ratings, replaced)
                 self.last_update[p] = steps[p]

@@ -36,6 +36,9 @@ class EpisodeStats:
     length: int
     objective: Optional[float]  # the env's target objective, None when the env gives none
     extra: dict[str, float] = field(default_factory=dict)
+    # the version of the policy's weights at the episode's first step (-1: not known): after
+    # a PBT copy, PBT counts only episodes played by the copied weights
+    policy_version: int = -1
 
 
 @dataclass

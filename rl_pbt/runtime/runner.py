@@ -90,6 +90,7 @@ from rl_pbt.runtime.messages import (
     STOP_NOW,
     STOPPING,
     ApplyPBT,
+    EpisodeStats,
     ExportDone,
     ExportState,
     LearnerEvent,
@@ -471,6 +472,10 @@ class Runner:
         self._loop_alive = time.monotonic()  # the watchdog's view of the main loop
         self.proc_hb: dict[str, int] = {}  # process name -> its (first) heartbeat row
         self.copy_decided_at: dict[int, float] = {}
+        self.copying: dict[int, int] = {}  # PBT copies sent and not yet landed: target -> source
+        # after a copy: the version of the target's copied weights; its episodes that began on
+        # older weights do not count for PBT
+        self.copied_version: dict[int, int] = {}
         # per policy: learning values (ApplyPBT) sent and not yet confirmed ("pbt_applied")
         self.pbt_unapplied: collections.Counter = collections.Counter()
         self.learner_proc_of: dict[int, str] = {}  # policy -> the process hosting its learner
@@ -1148,7 +1153,7 @@ class Runner:
                         if self.pbt_on_episodes:
                             self.stats.warn_no_objective(ep.policy_id)
                         objective = ep.episode_return
-                    if self.pbt_on_episodes:
+                    if self.pbt_on_episodes and self._counts_for_pbt(ep.policy_id, ep):
                         self.pbt.record_episode(ep.policy_id, objective)
                     if self.control is not None:  # ranked by the population's driver
                         self.control.record_episode(ep.policy_id, objective)
@@ -1167,7 +1172,8 @@ class Runner:
                         else:
                             scores = scores_against_snapshots(matches)
                         for policy, score in scores:
-                            self.pbt.record_episode(policy, score)
+                            if self._counts_for_pbt(policy):
+                                self.pbt.record_episode(policy, score)
             elif isinstance(msg, LearnerReport):
                 self.env_steps[msg.policy_id] = msg.env_steps
                 self.versions[msg.policy_id] = msg.version
@@ -1185,6 +1191,11 @@ class Runner:
                     log(f"policy {msg.policy_id}: {msg.detail}")
                 if msg.kind == "pbt_applied" and self.pbt_unapplied[msg.policy_id] > 0:
                     self.pbt_unapplied[msg.policy_id] -= 1
+                if msg.kind == "pbt_applied" and msg.detail != "source=None":
+                    source = self.copying.pop(msg.policy_id, None)
+                    if source is not None:
+                        self.elo.set_rating(msg.policy_id, self.elo.rating(source))
+                    self.copied_version[msg.policy_id] = int(msg.data["version"])
                 if msg.kind == "copy_trained" and msg.policy_id in self.copy_decided_at:
                     decided = self.copy_decided_at.pop(msg.policy_id)
                     # wall clocks of two processes: never print a negative delay
@@ -1201,6 +1212,16 @@ class Runner:
                     for reply in self.control.waiting_exports.pop(key, []):
                         reply.set(state)
 
+    def _counts_for_pbt(self, policy: int, ep: Optional[EpisodeStats] = None) -> bool:
+        """Whether a result of `policy` goes into its PBT record: not while a copy to it is
+        on its way, nor (after it) an episode that began on the weights it replaced."""
+        if policy in self.copying:
+            return False
+        fresh = self.copied_version.get(policy)
+        if fresh is None or ep is None or ep.policy_version < 0:
+            return True
+        return ep.policy_version >= fresh
+
     @staticmethod
     def _error_text(msg: LearnerEvent) -> str:
         return (
@@ -1212,9 +1233,10 @@ class Runner:
         if self.cfg.pbt_target_objective == "elo":
             ratings = [self.elo.rating(p) for p in range(self.num_policies)]
         with _SignalsDeferred():  # a step is decided, recorded and sent whole, or not at all
-            for d in self.pbt.update(list(self.env_steps), ratings=ratings):
-                self._apply_decision(d.policy_id, d.source_id, d.hparams, d.shaping)
-                self.stats.pbt_event(d)
+            steps = list(self.env_steps)
+        for d in self.pbt.update(steps, ratings=ratings, copying=set(self.copying)):
+            self._apply_decision(d.policy_id, d.source_id, d.hparams, d.shaping)
+            self.stats.pbt_event(d)
 
     def _apply_decision(self, policy: int, source, hparams: dict, shaping) -> None:
         """Send a PBT decision on its way: the source's state exported first when it copies
@@ -1226,7 +1248,7 @@ class Runner:
         else:
             self.learner_queues[source].put(ExportState(source, apply))
             self.copy_decided_at[policy] = time.time()
-            self.elo.set_rating(policy, self.elo.rating(source))
+            self.copying[policy] = source  # the rating follows the weights, when they land
         if shaping is not None:
             for q in self.worker_queues:
                 q.put(SetRewardShaping(policy, shaping))

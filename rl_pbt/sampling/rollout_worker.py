@@ -180,6 +180,7 @@ class RolloutWorker(ServerActing):
         self.parked: dict[int, list[tuple[int, int]]] = {}  # policy -> [(slot, steps used)]
         self.ep_return = np.zeros(n_act)
         self.ep_len = np.zeros(n_act, dtype=np.int64)
+        self.ep_version = np.full(n_act, -1, dtype=np.int64)  # weights of an episode's 1st step
         # each policy's reward shaping (PBT values, --policy_values), known before the first
         # reset so that the first episodes already play with it; None or absent: the defaults
         self.shaping: dict[int, dict] = {
@@ -521,6 +522,8 @@ class RolloutWorker(ServerActing):
         if trains.any():
             versions = self.model_version[policy_rows[trains]]
             idx = np.flatnonzero(trains)
+            first = self.ep_len[idx] == 0
+            self.ep_version[idx[first]] = versions[first]
             self._write_step(idx, policy_rows, actions, logp, values, h_before, versions, acts)
         return actions
 
@@ -803,6 +806,7 @@ class RolloutWorker(ServerActing):
             int(self.ep_len[i]),
             None if objective is None else float(objective),
             extra,
+            int(self.ep_version[i]),
         )
 
     def _finish_full(self, i: int) -> None:
@@ -949,6 +953,7 @@ class RolloutWorker(ServerActing):
             "parked": {int(p): [(int(s), int(t)) for s, t in v] for p, v in self.parked.items()},
             "ep_return": self.ep_return.copy(),
             "ep_len": self.ep_len.copy(),
+            "ep_version": self.ep_version.copy(),
             "shaping": dict(self.shaping),
             "installed_shaping": dict(self.installed_shaping),
             "model_version": self.model_version.copy(),
@@ -993,6 +998,8 @@ class RolloutWorker(ServerActing):
         self.parked = {int(p): [tuple(x) for x in v] for p, v in state["parked"].items()}
         self.ep_return = state["ep_return"].copy()
         self.ep_len = state["ep_len"].copy()
+        if "ep_version" in state:  # a state saved before it was kept: versions unknown
+            self.ep_version = state["ep_version"].copy()
         self.shaping = dict(state["shaping"])
         # the dicts each env plays with now (a PBT change waits for the next episode)
         installed = state["installed_shaping"]

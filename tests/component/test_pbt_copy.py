@@ -149,3 +149,49 @@ def test_copy_into_an_unseated_policy_is_noticed_at_once(tmp_path):
     until = mm.preferred.get(other)
     worker.step()
     assert mm.preferred.get(other) in (until, None)
+
+
+def test_pbt_counts_only_episodes_of_the_copied_weights(tmp_path):
+    """After a copy is decided, the target's episodes stay out of its PBT record until the
+    copied weights land, and then those begun on the replaced weights stay out too; the
+    target's Elo rating follows the weights when they land. A member whose copy is on its
+    way is no source for another."""
+    from rl_pbt.runtime.messages import EpisodeStats, WorkerReport
+
+    cfg, runner, learners, host, worker = _serial_setup(
+        tmp_path, "--with_pbt", "--pbt_start_mutation=0", "--pbt_period_env_steps=100000"
+    )
+    for _ in range(60):  # episodes of the real worker carry the version they began with
+        worker.step()
+        host.poll(timeout=0.0)
+    worker._maybe_report(force=True)
+    reports = [m for m in drain(runner.report_queue) if isinstance(m, WorkerReport)]
+    episodes = [ep for r in reports for ep in r.episodes]
+    assert episodes and all(ep.policy_version >= 0 for ep in episodes)
+
+    runner.elo.set_rating(0, 1500.0)
+    runner.elo.set_rating(1, 1000.0)
+    runner._apply_decision(1, 0, dict(learners[1].hp), None)
+    assert runner.copying == {1: 0} and runner.elo.rating(1) == 1000.0
+
+    def report(version, value):
+        ep = EpisodeStats(1, value, 10, value, policy_version=version)
+        runner.report_queue.put(WorkerReport(0, [ep], [], 10))
+        runner._consume_reports()
+
+    before = len(runner.pbt._windows[1])
+    report(5, 0.25)  # while the copy is on its way
+    assert len(runner.pbt._windows[1]) == before
+    assert 1 not in {d.source_id for d in runner.pbt.update([10**6, 10**6], copying={1})}
+
+    host.handle(drain(runner.learner_queues[0])[0])  # the source exports, forwards the copy
+    for msg in drain(runner.learner_queues[1]):
+        host.handle(msg)
+    runner._consume_reports()
+    landed = learners[1].version
+    assert runner.copying == {} and runner.copied_version == {1: landed}
+    assert runner.elo.rating(1) == 1500.0
+    report(landed - 1, 0.5)  # began on the replaced weights
+    assert len(runner.pbt._windows[1]) == before
+    report(landed, 0.75)
+    assert list(runner.pbt._windows[1])[-1] == 0.75

@@ -152,6 +152,7 @@ def test_mutate_reference_policy_flag(tmp_path):
 
 def test_optimize_gamma_stays_in_unit_interval(tmp_path):
     mgr = make(tmp_path, pbt_optimize_gamma=True, pbt_mutation_rate=1.0)
+    feed(mgr, [0.5] * N)  # all equal: every member explores
     mgr.update([0] * N)
     for r in range(1, 20):
         mgr.update([2000 + 1000 * r] * N)
@@ -256,7 +257,8 @@ def test_fresh_run_counts_from_zero(tmp_path):
     mgr = make(tmp_path, pbt_start_mutation=0)
     assert mgr.last_update == [0] * N
     assert mgr.update([999] * N) == []
-    assert mgr.update([1000] * N) != []  # no episodes yet: policies only mutate
+    feed(mgr, [0.5] * N)  # all equal: no copy, every member explores
+    assert mgr.update([1000] * N) != []
     assert mgr.last_update == [1000] * N
     again = make(tmp_path, pbt_start_mutation=0)
     assert again.last_update == [1000] * N
@@ -457,3 +459,49 @@ def test_a_rebuilt_state_waits_for_real_step_counts(tmp_path):
     assert again.last_update == [3000] * N
     assert again.update([3999] * N) == []
     assert again.update([4000] * N)
+
+
+def test_a_member_with_too_few_episodes_waits_and_keeps_its_period(tmp_path):
+    """Not judged on one lucky game: a member with fewer than MIN_EPISODES_TO_RANK episodes
+    is neither ranked nor due; its period starts counting once it has them."""
+    mgr = make(tmp_path, pbt_start_mutation=0)
+    feed(mgr, [0.6, 0.7, None, 0.3, 0.5, 0.4])
+    mgr.record_episode(2, 1.0)  # one game only
+    for seed in range(20):
+        mgr.rng = np.random.default_rng(seed)
+        for d in mgr.update([1000 * (seed + 1)] * N):
+            assert d.source_id != 2, d.log_line
+    assert mgr.last_update[2] == 0  # waited all along
+    feed(mgr, [None, None, 0.9, None, None, None], episodes=4)
+    mgr.update([30_000] * N)
+    assert mgr.last_update[2] == 30_000
+
+
+def test_the_reference_holds_no_bottom_place(tmp_path):
+    """Three members, the protected reference last: the bottom place goes to the worst of
+    the others, who copies the best (the reference used to take it, and nobody copied)."""
+    mgr = make(tmp_path, n=3, pbt_start_mutation=0, pbt_replace_fraction=0.3)
+    feed(mgr, [0.1, 0.9, 0.5])
+    decisions = mgr.update([1000] * 3)
+    assert [(d.policy_id, d.source_id) for d in decisions] == [(2, 1)]
+
+
+def test_tied_members_take_turns_at_the_top(tmp_path):
+    """Equal objectives in a random order: the same ids are not always top (and never
+    explore); when all are equal, every member explores."""
+    mgr = make(tmp_path, n=8, pbt_start_mutation=0, pbt_mutation_rate=1.0)
+    touched = {p: 0 for p in range(8)}
+    for r in range(1, 31):
+        for p, value in enumerate([1.0, 1.0, 1.0, 1.0, 0.0, 0.0, 0.0, 0.0]):
+            mgr._windows[p].clear()  # exact ties every round (copies would change windows)
+            for _ in range(10):
+                mgr.record_episode(p, value)
+        for d in mgr.update([1000 * r] * 8):
+            touched[d.policy_id] += 1
+    # k = 3 of four tied at the top: by id, p1 and p2 were always top and never changed
+    assert touched[1] > 0 and touched[2] > 0, touched
+    for p in range(8):
+        mgr._windows[p].clear()
+        for _ in range(10):
+            mgr.record_episode(p, 0.5)
+    assert {d.policy_id for d in mgr.update([40_000] * 8)} == set(range(1, 8))
