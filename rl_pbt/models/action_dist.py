@@ -40,7 +40,25 @@ class ActionSpec:
         return torch.int64 if self.kind == "discrete" else torch.float32
 
 
+def _shifted(space: gym.Space) -> bool:
+    start = getattr(space, "start", 0)
+    return bool(np.any(np.asarray(start) != 0))
+
+
 def action_spec(space: gym.Space) -> ActionSpec:
+    parts = space.spaces if isinstance(space, gym.spaces.Tuple) else (space,)
+    if any(isinstance(s, (gym.spaces.Discrete, gym.spaces.MultiDiscrete)) and _shifted(s)
+           for s in parts):  # fmt: skip
+        raise ValueError(
+            f"unsupported action space {space}: its actions do not start at 0, and the policy "
+            "sends 0..n-1; shift them in the env (or a wrapper) to start at 0"
+        )
+    if isinstance(space, gym.spaces.MultiDiscrete) and np.asarray(space.nvec).ndim > 1:
+        raise ValueError(
+            f"unsupported action space {' '.join(str(space).split())}: a MultiDiscrete of shape "
+            f"{np.asarray(space.nvec).shape}; give a flat one (nvec.reshape(-1)) and reshape "
+            "the actions in the env"
+        )
     if isinstance(space, gym.spaces.Discrete):
         return ActionSpec("discrete", (int(space.n),), 1)
     if isinstance(space, gym.spaces.MultiDiscrete):

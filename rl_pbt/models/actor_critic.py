@@ -233,6 +233,13 @@ class ActorCritic(nn.Module):
         total = 0
         for key in self.feature_keys:
             shape = self.obs_spec.shape(key)
+            if len(shape) == 3 and shape[-1] <= 4 < shape[0]:
+                raise ValueError(
+                    f"observation {key!r} with shape {shape} looks channels-last (height, "
+                    "width, channels); the model takes channels-first images (channels, "
+                    "height, width): transpose it in the env or a wrapper "
+                    "(np.moveaxis(obs, -1, 0))"
+                )
             if len(shape) == 3:
                 net, out = conv_encoder(shape, cfg.encoder_conv_architecture, act)
             elif len(shape) == 1:

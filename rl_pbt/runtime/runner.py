@@ -20,6 +20,7 @@ import time
 import traceback
 from typing import Optional
 
+import gymnasium as gym
 import numpy as np
 import torch
 
@@ -386,6 +387,10 @@ class Runner:
         self.run_lock = RunLock(cfg.train_dir, cfg.experiment)
         self.run_lock.check()
         self.exp_dir, self.resuming = prepare_experiment_dir(cfg)
+        if self.resuming:
+            problem = saved_network_problem(self.exp_dir, template)
+            if problem:
+                raise ConfigError(problem)
         _warm_up_imports(template, self.start_method)
         rows = cfg.num_policies + (cfg.selfplay_snapshot_pool_size if self.use_snapshots else 0)
         # one more row: a state copied in from another node group lands there (never in the
@@ -495,8 +500,8 @@ class Runner:
             raise
         except (ValueError, RuntimeError, TypeError, NotImplementedError) as e:
             raise ConfigError(
-                f"--env={self.cfg.env}: no model for its observations {self.obs_space} and "
-                f"actions {self.action_space} with these flags: {_one_line(e)}"
+                f"--env={self.cfg.env}: no model for its observations {_flat(self.obs_space)} "
+                f"and actions {_flat(self.action_space)} with these flags: {_one_line(e)}"
             ) from e
 
     def _allocate_buffers(self, template) -> TrajectoryBuffers:
@@ -634,6 +639,9 @@ class Runner:
         log(f"seed {self.run_seed}{seed_note}; {mode}")
         if cfg.with_pbt and self.default_shaping is not None:
             log(f"PBT reward shaping defaults: {self.default_shaping}")
+        note = action_box_note(self.action_space)
+        if note:
+            log(f"WARNING: {note}")
         if self.policy_values is not None:
             values = describe_values(self.policy_values)
             if not cfg.with_pbt:
@@ -1450,6 +1458,53 @@ class _SignalsDeferred:
             handler(sig, None)
         elif handler == signal.SIG_DFL:
             os.kill(os.getpid(), sig)
+
+
+def action_box_note(space) -> Optional[str]:
+    """A continuous action box that does not hold 0: the policy's actions start around 0
+    (std 1) and are clipped into the box, so they all start on its edge."""
+    if not isinstance(space, gym.spaces.Box):
+        return None
+    low, high = np.asarray(space.low, float), np.asarray(space.high, float)
+    if np.all((low <= 0) & (high >= 0)):
+        return None
+    return (
+        f"the action box [{low.min():g}, {high.max():g}] does not hold 0, where the policy's "
+        "actions start (std 1): clipped into the box they all start on its edge; rescale the "
+        "actions in the env (e.g. to [-1, 1])"
+    )
+
+
+def saved_network_problem(exp_dir: str, template) -> Optional[str]:
+    """Why the network of a run being resumed does not fit the one built now (the env's
+    observation or action spaces changed since), or None. Checked on policy 0's newest
+    usable checkpoint, before anything is written."""
+    found = None
+    for path in reversed(checkpoint_files(checkpoint_dir(exp_dir, 0))):
+        try:
+            found = path, read_checkpoint(path, map_location="cpu")
+            break
+        except CheckpointError:  # named by the learner when it resumes
+            continue
+    if found is None or not isinstance(found[1].get("model"), dict):
+        return None
+    saved = {k: tuple(v.shape) for k, v in found[1]["model"].items() if hasattr(v, "shape")}
+    now = {k: tuple(v.shape) for k, v in template.state_dict().items()}
+    differ = [k for k in now if k in saved and saved[k] != now[k]]
+    differ += [k for k in now.keys() ^ saved.keys()]
+    if not differ:
+        return None
+    k = differ[0]
+    what = f"{k}: saved {saved.get(k, 'none')}, now {now.get(k, 'none')}"
+    return (
+        f"{found[0]} holds a network of other sizes than this run builds ({what}): the env's "
+        "observation or action spaces (or the model) changed since the run was saved; use a "
+        "new --experiment, or --restart_behavior=overwrite to start this one over"
+    )
+
+
+def _flat(x) -> str:
+    return " ".join(str(x).split())  # a space's text may hold line breaks (a numpy array)
 
 
 def _one_line(e: BaseException) -> str:
