@@ -280,7 +280,9 @@ def test_report_skips_lineage_and_policy_files_of_the_wrong_shape(copy_of, capsy
 def test_report_where_its_folder_cannot_be_made(copy_of, capsys):
     td = copy_of("pbt")
     (td / "pbt" / "report").write_text("a file where the report folder goes")
-    fails(capsys, report.main, [f"--train_dir={td}", "--experiment=pbt"], "cannot write the report")
+    argv = [f"--train_dir={td}", "--experiment=pbt"]
+    line = fails(capsys, report.main, argv, "cannot write the report")
+    assert line.startswith("rl-pbt-report: error: ") and str(td / "pbt" / "report") in line
 
 
 # ---------------------------------------------------------------------------- games cut short
@@ -335,7 +337,9 @@ def test_enjoy_and_match_take_no_abbreviated_flags(runs, capsys):
 
 def test_replay_names_its_own_flag_when_one_is_misspelled(runs, capsys):
     argv = [f"--train_dir={runs}", "--from_experiment=pbt", "--policy=1", "--polcy=3"]
-    fails(capsys, replay.main, argv, "unknown flag --polcy", "did you mean --policy?")
+    line = fails(capsys, replay.main, argv, "unknown flag --polcy", "did you mean --policy?")
+    assert line.startswith("rl-pbt-replay: error: ")
+    assert not (runs / "pbt_p1_replay").exists()  # nothing was trained
 
 
 def test_report_on_a_scalar_log_with_no_readable_line(copy_of, capsys):
