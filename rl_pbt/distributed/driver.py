@@ -199,10 +199,11 @@ class PopulationDriver:
                     address=cfg.ray_address, log_to_driver=True, configure_logging=False, **local
                 )
             except (ConnectionError, RuntimeError, ValueError) as e:  # no cluster there
-                lines = [ln.strip() for ln in str(e).splitlines() if ln.strip()]
-                why = f"{type(e).__name__}: {lines[0] if lines else ''}"
+                from rl_pbt.runtime.runner import one_line_error
+
                 raise ConfigError(
-                    f"--ray_address={cfg.ray_address}: cannot join a Ray cluster ({why}); start "
+                    f"--ray_address={cfg.ray_address}: cannot join a Ray cluster "
+                    f"({one_line_error(e)}); start "
                     "one (ray start --head), or try --ray_address=local"
                 ) from e
         log(

@@ -262,21 +262,26 @@ def unusable_checkpoints(exp_dir: str, num_policies: int) -> Optional[str]:
     when each policy has a readable checkpoint or none at all; only the newest readable one of
     each policy is read."""
     for p in range(num_policies):
-        files = checkpoint_files(checkpoint_dir(exp_dir, p))
-        newest = None
-        for path in reversed(files):
-            try:
-                read_checkpoint(path, map_location="cpu")
-                break
-            except CheckpointError as e:
-                newest = newest or e.reason
-        else:
-            if files:
-                return (
-                    f"none of the {len(files)} checkpoints of policy {p} in "
-                    f"{checkpoint_dir(exp_dir, p)} can be read (the newest {newest})"
-                )
+        folder = checkpoint_dir(exp_dir, p)
+        found, newest = newest_readable_checkpoint(folder)
+        if found is None and newest is not None:
+            return (
+                f"none of the {len(checkpoint_files(folder))} checkpoints of policy {p} in "
+                f"{folder} can be read (the newest {newest})"
+            )
     return None
+
+
+def newest_readable_checkpoint(folder: str) -> tuple[Optional[tuple[str, dict]], Optional[str]]:
+    """((path, state) of the newest checkpoint of `folder` that reads, or None; why the newest
+    file does not read, or None), quietly: the learner names bad files when it resumes."""
+    newest = None
+    for path in reversed(checkpoint_files(folder)):
+        try:
+            return (path, read_checkpoint(path, map_location="cpu")), newest
+        except CheckpointError as e:
+            newest = newest or e.reason
+    return None, newest
 
 
 def prepare_experiment_dir(cfg: Cfg) -> tuple[str, bool]:
@@ -323,7 +328,9 @@ class Runner:
         except (ConfigError, EnvContractError):
             raise
         except Exception as e:  # a missing dependency, a space the trainer cannot take, ...
-            raise ConfigError(f"--env={cfg.env}: the env cannot be made: {_one_line(e)}") from e
+            raise ConfigError(
+                f"--env={cfg.env}: the env cannot be made: {one_line_error(e)}"
+            ) from e
         self.obs_space, self.action_space = probe.observation_space, probe.action_space
         self.num_agents = int(probe.num_agents)
         target = reward_shaping_target(probe)
@@ -501,7 +508,7 @@ class Runner:
         except (ValueError, RuntimeError, TypeError, NotImplementedError) as e:
             raise ConfigError(
                 f"--env={self.cfg.env}: no model for its observations {_flat(self.obs_space)} "
-                f"and actions {_flat(self.action_space)} with these flags: {_one_line(e)}"
+                f"and actions {_flat(self.action_space)} with these flags: {one_line_error(e)}"
             ) from e
 
     def _allocate_buffers(self, template) -> TrajectoryBuffers:
@@ -522,7 +529,7 @@ class Runner:
             raise ConfigError(
                 f"the trajectory buffers ({slots:,} slots of --rollout={cfg.rollout} steps, for "
                 f"{actors:,} actors and --batch_size={cfg.batch_size}) do not fit in memory "
-                f"({_one_line(e)}); lower --num_workers, --num_envs_per_worker, --rollout or "
+                f"({one_line_error(e)}); lower --num_workers, --num_envs_per_worker, --rollout or "
                 "--batch_size, or the model's sizes"
             ) from e
 
@@ -1479,13 +1486,7 @@ def saved_network_problem(exp_dir: str, template) -> Optional[str]:
     """Why the network of a run being resumed does not fit the one built now (the env's
     observation or action spaces changed since), or None. Checked on policy 0's newest
     usable checkpoint, before anything is written."""
-    found = None
-    for path in reversed(checkpoint_files(checkpoint_dir(exp_dir, 0))):
-        try:
-            found = path, read_checkpoint(path, map_location="cpu")
-            break
-        except CheckpointError:  # named by the learner when it resumes
-            continue
+    found, _ = newest_readable_checkpoint(checkpoint_dir(exp_dir, 0))
     if found is None or not isinstance(found[1].get("model"), dict):
         return None
     saved = {k: tuple(v.shape) for k, v in found[1]["model"].items() if hasattr(v, "shape")}
@@ -1507,7 +1508,7 @@ def _flat(x) -> str:
     return " ".join(str(x).split())  # a space's text may hold line breaks (a numpy array)
 
 
-def _one_line(e: BaseException) -> str:
+def one_line_error(e: BaseException) -> str:
     text = str(e).strip().splitlines()
     return f"{type(e).__name__}: {text[0] if text else ''}".rstrip(": ")
 
