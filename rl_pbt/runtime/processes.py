@@ -9,10 +9,12 @@ spec in one process.
 
 from __future__ import annotations
 
+import ast
 import os
 import pickle
 import random
 import signal
+import sys
 import threading
 import time
 from dataclasses import dataclass
@@ -89,6 +91,14 @@ def check_picklable_registry(registry: dict[str, EnvEntry], env_name: str, metho
     for what, fn in factories:
         if fn is None:
             continue
+        if _under_main_guard(fn):
+            raise ConfigError(
+                f"--env={env_name}: its {what} {fn.__qualname__!r} is defined under "
+                '`if __name__ == "__main__":` in your script, and children started with '
+                f"--mp_start_method={method} import the script without running that block; "
+                "define it at the script's top level, or use "
+                "--mp_start_method=fork (CPU only)"
+            )
         try:
             pickle.dumps(fn)
         except (pickle.PicklingError, AttributeError, TypeError) as e:
@@ -98,6 +108,43 @@ def check_picklable_registry(registry: dict[str, EnvEntry], env_name: str, metho
                 "define it at module level (not a lambda or a nested function), or use "
                 "--mp_start_method=fork (CPU only)"
             ) from e
+
+
+def _under_main_guard(fn: Any) -> bool:
+    """Whether `fn` comes from the script being run (`__main__`) and is defined inside its
+    `if __name__ == "__main__":` block, which spawn and forkserver children do not run (they
+    fail to unpickle it, each with a traceback of its own)."""
+    main = sys.modules.get("__main__")
+    path = getattr(main, "__file__", None)
+    if getattr(fn, "__module__", None) != "__main__" or not path:
+        return False
+    name = getattr(fn, "__qualname__", "").split(".")[0]
+    try:
+        with open(path, encoding="utf-8") as f:
+            tree = ast.parse(f.read())
+    except (OSError, SyntaxError, ValueError):
+        return False
+    defined = (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)
+    for node in tree.body:
+        if isinstance(node, defined) and node.name == name:
+            return False  # at the top level: the children define it too
+    for node in tree.body:
+        if isinstance(node, ast.If) and _is_main_test(node.test):
+            if any(isinstance(n, defined) and n.name == name for n in ast.walk(node)):
+                return True
+    return False
+
+
+def _is_main_test(test: ast.expr) -> bool:
+    """`__name__ == "__main__"` (either way round)."""
+    if not (isinstance(test, ast.Compare) and len(test.ops) == 1):
+        return False
+    if not isinstance(test.ops[0], ast.Eq):
+        return False
+    sides = [test.left, test.comparators[0]]
+    names = [s.id for s in sides if isinstance(s, ast.Name)]
+    values = [s.value for s in sides if isinstance(s, ast.Constant)]
+    return names == ["__name__"] and values == ["__main__"]
 
 
 ORPHAN_GRACE_S = 10.0

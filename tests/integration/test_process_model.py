@@ -285,6 +285,46 @@ def test_env_registered_in_a_user_main_script(tmp_path, method, inference):
     assert all(s["env_steps"] >= 6000 for s in result["policies"].values())
 
 
+GUARDED_SCRIPT = """
+import sys
+import gymnasium as gym
+from rl_pbt import parse_cfg, register_env, train
+
+if __name__ == "__main__":
+    def make_guarded_env(full_env_name, cfg, env_config, render_mode=None):
+        return gym.make("CartPole-v1")
+
+    register_env("guarded_env", make_guarded_env)
+    cfg = parse_cfg(["--env=guarded_env", "--num_workers=1", "--train_for_env_steps=1000",
+                     "--mp_start_method=spawn", "--train_dir=" + sys.argv[1],
+                     "--experiment=guarded"])
+    sys.exit(train(cfg))
+"""
+
+
+def test_factory_under_the_main_guard_is_named_before_children_start(tmp_path):
+    """Spawn children import the script without running its main block: a factory defined
+    there cannot be found in them (each child failed with a traceback of its own)."""
+    script = tmp_path / "guarded.py"
+    script.write_text(textwrap.dedent(GUARDED_SCRIPT))
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([ROOT, os.environ.get("PYTHONPATH", "")]))
+    out = subprocess.run(
+        [sys.executable, str(script), str(tmp_path / "runs")],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    text = out.stdout + out.stderr
+    assert out.returncode == 1, text[-2000:]
+    last = text.strip().splitlines()[-1]  # train() raises the ConfigError to the script
+    assert last.startswith("rl_pbt.config.parse.ConfigError: --env=guarded_env: its "), last
+    assert "make_env_func 'make_guarded_env' is defined under" in last, last
+    assert "rollout_worker" not in text  # no child was started
+    assert not (tmp_path / "runs" / "guarded" / "config.json").exists()
+
+
 def _first_weights(tmp_path, name, seed_flags):
     """Each policy's version-0 weights as published by its learner process."""
     cfg = small_cfg(tmp_path, name, "--num_policies=2", *seed_flags)
