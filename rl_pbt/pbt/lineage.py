@@ -36,8 +36,10 @@ def make_event(
     objectives: Optional[Mapping[Any, Optional[float]]] = None,
     reason: Optional[str] = None,
     time_s: Optional[float] = None,
+    source_env_steps: Optional[int] = None,
 ) -> dict[str, Any]:
-    """One lineage record. changes: {param: [old, new]} (old is None for "init")."""
+    """One lineage record. changes: {param: [old, new]} (old is None for "init");
+    `source_env_steps`: for a copy, how many env steps the source's weights had trained."""
     if action not in ACTIONS:
         raise ValueError(f"lineage action {action!r} is not one of {ACTIONS}")
     event: dict[str, Any] = {
@@ -49,6 +51,8 @@ def make_event(
         "changes": {k: [v[0], v[1]] for k, v in changes.items()},
         "objectives": {str(k): v for k, v in (objectives or {}).items()},
     }
+    if source_env_steps is not None:
+        event["source_env_steps"] = int(source_env_steps)
     if reason:
         event["reason"] = reason
     return event
@@ -111,6 +115,8 @@ def _well_formed(event: Any) -> bool:
     source = event.get("source")
     if source is not None and not _is_count(source):
         return False
+    if "source_env_steps" in event and not _is_count(event["source_env_steps"]):
+        return False
     changes = event.get("changes", {})
     return isinstance(changes, dict) and all(
         isinstance(v, list) and len(v) == 2 for v in changes.values()
@@ -153,30 +159,40 @@ def _ancestry(
     policy: int,
     before_index: int,
     before_steps: float,
-) -> list[tuple[int, dict]]:
+) -> tuple[list[tuple[int, dict]], int]:
+    """The entries that trained `policy`'s weights up to its event `before_index` and its own
+    step count `before_steps`, counted in the weights' env steps; and the offset from the
+    policy's own count to the weights' (they differ after a copy: the copied weights had
+    trained as many steps as the source, `source_env_steps`; lineages written before that
+    field take the copier's own count)."""
     mine = [s for s in snaps.get(policy, []) if s[0] < before_index]
-    start = 0
+    start, shift = 0, 0
     prefix: list[tuple[int, dict]] = []
     for j in range(len(mine) - 1, -1, -1):
         ev = events[mine[j][0]]
         if ev["action"] == "replace" and ev.get("source") is not None:
-            prefix = _ancestry(events, snaps, int(ev["source"]), mine[j][0], mine[j][1])
+            at = mine[j][1]
+            cut = int(ev.get("source_env_steps", at))
+            prefix, source_shift = _ancestry(events, snaps, int(ev["source"]), mine[j][0], cut)
+            shift = cut + source_shift - at
             start = j
             break
         if ev["action"] == "init":
             start = j
             break
-    own = [(steps, values) for _, steps, values in mine[start:]]
-    return [entry for entry in prefix + own if entry[0] < before_steps]
+    own = [(steps + shift, values) for _, steps, values in mine[start:] if steps < before_steps]
+    return prefix + own, shift
 
 
 def schedule_for(events: list[Mapping[str, Any]], policy_id: int) -> Schedule:
     """The values that trained `policy_id`'s current weights, as (env_steps, hparams, shaping)
-    entries, each in force from its env steps on. Where the policy copied q at step s, the part
-    before s is q's own schedule (recursively), so the list follows the weights' ancestry.
+    entries, each in force from its env steps on, counted in the weights' env steps. Where the
+    policy copied q, the part before is q's own schedule up to the steps q had trained then
+    (recursively), and the policy's later entries move by the difference between q's count and
+    its own, so the list follows the weights' ancestry.
     Shaping comes back nested (indexed leaves as tuples), or None without shaping."""
     snaps = _replay(events)
-    entries = _ancestry(events, snaps, policy_id, len(events), math.inf)
+    entries, _ = _ancestry(events, snaps, policy_id, len(events), math.inf)
     return [(steps, *_split(values)) for steps, values in entries]
 
 

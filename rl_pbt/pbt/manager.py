@@ -457,7 +457,7 @@ class PBTManager:
             decisions = []
             replaced = set(copying)  # their new weights do not exist yet: no source
             for p in due:
-                decision = self._update_policy(p, steps[p], ratings, replaced)
+                decision = self._update_policy(p, steps, ratings, replaced)
                 self.last_update[p] = steps[p]
                 if decision is not None:
                     decisions.append(decision)
@@ -479,10 +479,11 @@ class PBTManager:
     def _update_policy(
         self,
         p: int,
-        steps: int,
+        all_steps: list[int],
         ratings: Optional[list[float]],
         replaced: Collection[int] = (),
     ) -> Optional[PBTDecision]:
+        steps = all_steps[p]
         if p == 0 and not self.mutate_reference:
             return None  # the reference policy keeps its values and weights
         table = self._table(ratings)
@@ -524,6 +525,7 @@ class PBTManager:
                 source=src,
                 objectives=means,
                 reason=result.reason,
+                source_env_steps=None if src is None else all_steps[src],
             ),
         )
 

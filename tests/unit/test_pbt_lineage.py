@@ -141,6 +141,36 @@ def test_schedule_cut_at_copy_step_when_source_ran_ahead():
     assert [e[0] for e in s1] == [0, 500]  # p0's step-900 entry lies after the copy
 
 
+def test_schedule_follows_the_weights_steps_after_a_copy():
+    """The copied weights had trained as many steps as the source (`source_env_steps`): the
+    source's schedule runs up to there, and the copier's later entries move on by the
+    difference (a replay then changes each value when the weights it trained had that many
+    steps)."""
+    events = [
+        init(0, 1.0),
+        init(1, 2.0),
+        init(2, 3.0),
+        make_event(0, "mutate", 900, {"learning_rate": [1.0, 1.1]}),  # p0 is ahead
+        make_event(
+            1, "replace", 500, {"learning_rate": [2.0, 1.1]}, source=0, source_env_steps=1000
+        ),
+        make_event(1, "mutate", 700, {"learning_rate": [1.1, 1.3]}),  # weights at 1200
+        make_event(
+            2, "replace", 800, {"learning_rate": [3.0, 1.3]}, source=1, source_env_steps=750
+        ),
+        make_event(2, "mutate", 900, {"learning_rate": [1.3, 1.4]}),  # weights at 1350
+    ]
+    s1 = schedule_for(events, 1)
+    assert [(e[0], e[1]["learning_rate"]) for e in s1] == [
+        (0, 1.0), (900, 1.1), (1000, 1.1), (1200, 1.3)
+    ]  # fmt: skip
+    s2 = schedule_for(events, 2)
+    assert [(e[0], e[1]["learning_rate"]) for e in s2] == [
+        (0, 1.0), (900, 1.1), (1000, 1.1), (1200, 1.3), (1250, 1.3), (1350, 1.4)
+    ]  # fmt: skip
+    assert events[4]["source_env_steps"] == 1000 and "source_env_steps" not in events[3]
+
+
 def test_family_tree_dot_and_text():
     events = history()
     dot = family_tree_dot(events)

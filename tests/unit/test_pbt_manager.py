@@ -90,7 +90,7 @@ def test_bad_policies_copy_good_ones_and_mutate(tmp_path):
     mgr = make(tmp_path)
     feed(mgr, GOOD_TO_BAD)
     mgr.update([0] * N)
-    decisions = mgr.update([3000] * N)
+    decisions = mgr.update([3000 + 10 * q for q in range(N)])  # each member's own count
     by_policy = {d.policy_id: d for d in decisions}
     assert 0 not in by_policy  # the reference policy is left alone
     # k = ceil(0.3 * 6) = 2: p4, p5 copy p0 or p1; p0, p1 (top) untouched; p2, p3 only mutate
@@ -119,7 +119,9 @@ def test_bad_policies_copy_good_ones_and_mutate(tmp_path):
         (d.policy_id, d.source_id) for d in decisions
     ]
     replace = events[[e["action"] for e in events].index("replace")]
-    assert replace["env_steps"] == 3000 and replace["objectives"]["0"] == pytest.approx(1.0, 0.1)
+    assert replace["env_steps"] == 3000 + 10 * replace["policy"]
+    assert replace["source_env_steps"] == 3000 + 10 * replace["source"]  # the copied weights'
+    assert replace["objectives"]["0"] == pytest.approx(1.0, 0.1)
     # the copy's schedule starts with its source's history
     sched = schedule_for(read_events(lineage_path(str(tmp_path))), decisions[-1].policy_id)
     assert sched[-1][1] == decisions[-1].hparams
