@@ -422,7 +422,8 @@ class ArenaBatch(BatchedMultiAgentEnv):
         self, actions
     ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, list[list[dict]]]:
         """One step of every copy; actions (K, n). Returns obs (K, n, D) float32, rewards
-        (K, n) float32, terminated (K,), truncated (K,) and K lists of n infos. A copy whose
+        (K, n) float32, terminated (K,), truncated (K,; never set, as in `ArenaGame`) and K lists
+        of n infos. A copy whose
         episode ended has already started the next one (its obs are that episode's first)."""
         K, n = self.num_envs, self.num_agents
         acts = np.asarray(actions, dtype=np.int64)
@@ -493,11 +494,19 @@ class ArenaBatch(BatchedMultiAgentEnv):
         rewards = np.add.reduce(self._coeffs * ev, axis=2).astype(np.float32)
         infos = self._infos(was_alive)
         for k, objectives in ended.items():
+            time_up = bool(truncated[k])
             infos[k] = [
-                {"is_active": True, "true_objective": objectives[i], "team": self.team[i]}
+                {
+                    "is_active": True,
+                    "true_objective": objectives[i],
+                    "team": self.team[i],
+                    "time_limit": time_up,
+                }
                 for i in range(n)
             ]
             self._new_episode(k)
+        # the time limit is a rule of the game (see `ArenaGame`): every end is `terminated`
+        terminated, truncated = terminated | truncated, np.zeros(K, dtype=bool)
         if ended:
             return self._observations(), rewards, terminated, truncated, infos
         obs = self._observations(spot=spot, pair=pair)  # nobody moved since the pairs

@@ -24,8 +24,10 @@ A side wins when the other is eliminated (shots or storm), or at the time limit 
 players have more health left in total; equal health at the time limit, or both sides falling
 together, is a draw.
 
-Episode end: every agent gets `terminated` (elimination) or `truncated` (time limit) at the
-same step, every info has `true_objective` (1 win, 0.5 draw, 0 loss, by team), and the
+Episode end: every agent gets `terminated` at the same step, whether a side fell or time ran
+out (`truncated` is never set: the time limit is a rule of the game, and the observations show
+the time left, so its end is final and not bootstrapped); every info has `true_objective` (1
+win, 0.5 draw, 0 loss, by team) and `time_limit` (True when time ran out), and the
 returned observations are the first of the next episode. An agent eliminated earlier in a
 2v2 episode is inactive (`info["is_active"] = False`, zero observation, zero reward) while
 its team plays on; on the final step every agent is active again, so the eliminated agent
@@ -515,12 +517,17 @@ class ArenaGame(RewardShapingInterface):
                 objectives = [0.5] * n
             rewards = (self._coeffs * ev).sum(axis=1).tolist()
             infos = [
-                {"is_active": True, "true_objective": objectives[i], "team": self.team[i]}
+                {
+                    "is_active": True,
+                    "true_objective": objectives[i],
+                    "team": self.team[i],
+                    "time_limit": truncated,
+                }
                 for i in range(n)
             ]
             self._new_episode()
             obs = self._observations()
-            return obs, rewards, [terminated] * n, [truncated] * n, infos
+            return obs, rewards, [True] * n, [False] * n, infos
 
         rewards = (self._coeffs * ev).sum(axis=1).tolist()
         infos = [{"is_active": was_alive[i]} for i in range(n)]

@@ -127,22 +127,24 @@ class LureEnv(gym.Env, RewardShapingInterface):
         free = not self.in_pit or a == RIGHT  # the pit is a dead end: only a step right leaves
         if free and 0 <= nx < WIDTH and 0 <= ny < HEIGHT:
             self.x, self.y = nx, ny
-        terminated = (self.x, self.y) == GOAL
-        if terminated:
+        at_goal = (self.x, self.y) == GOAL
+        if at_goal:
             reward += self.shaping["goal"]
         elif self.in_pit and self.coin_timer == 0:
             reward += self.shaping["lure"] * COIN_DECAY**self.coins
             self.coins += 1
             self.coin_timer = self.coin_respawn_steps
-        truncated = not terminated and self.t >= self.episode_steps
+        # the time limit is part of the task, and the observation shows the time left: its
+        # end is final (`terminated`), not a cut to bootstrap
+        terminated = at_goal or self.t >= self.episode_steps
         info: dict = {}
-        if terminated or truncated:
-            info["true_objective"] = 1.0 - self.t / self.episode_steps if terminated else 0.0
+        if terminated:
+            info["true_objective"] = 1.0 - self.t / self.episode_steps if at_goal else 0.0
             info["episode_extra_stats"] = {
                 "coins": float(self.coins),
-                "goal_reached": float(terminated),
+                "goal_reached": float(at_goal),
             }
-        return self._observation(), reward, terminated, truncated, info
+        return self._observation(), reward, terminated, False, info
 
     def _observation(self) -> np.ndarray:
         o = self._obs

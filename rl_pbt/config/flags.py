@@ -464,6 +464,14 @@ FLAGS: list[Flag] = [
     Flag("gamma", float, 0.99, "discount", in_unit_interval, group="learning"),
     Flag("gae_lambda", float, 0.95, "GAE lambda", in_unit_interval, group="learning"),
     Flag(
+        "value_bootstrap",
+        bool,
+        True,
+        "an episode cut by a time limit (truncated, not terminated) bootstraps from the value "
+        "of its last state instead of ending as if terminal",
+        group="learning",
+    ),
+    Flag(
         "ppo_clip_ratio",
         float,
         0.1,

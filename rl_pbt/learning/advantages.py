@@ -27,26 +27,65 @@ def _check_time_major(name: str, x: Tensor, t: int, b: int) -> None:
         raise ValueError(f"{name} must have shape [T, B] = [{t}, {b}], got {tuple(x.shape)}")
 
 
-def credit_to_decisions(rewards: Tensor, dones: Tensor, valid: Tensor) -> tuple[Tensor, Tensor]:
-    """Per decision (valid step): its reward plus those of the invalid steps after it in the
-    same episode, and whether the episode ended on it or on one of those steps. [T, B] each;
-    zero at invalid steps."""
-    t_len, batch = rewards.shape
+def decision_owners(dones: Tensor, valid: Tensor) -> Tensor:
+    """[T, B] long: for each step, the decision (valid step) of the same episode and column
+    that it belongs to: itself when valid, else the last decision before it; T where there is
+    none in the rollout (an invalid step before the rollout's first decision)."""
+    t_len, batch = valid.shape
     valid = valid.bool()
     ended = dones.bool()
-    # owner[t]: the decision step that step t's reward goes to (t_len: none, dropped)
-    owner = torch.empty(t_len, batch, dtype=torch.long, device=rewards.device)
-    none = torch.full((batch,), t_len, dtype=torch.long, device=rewards.device)
+    owner = torch.empty(t_len, batch, dtype=torch.long, device=valid.device)
+    none = torch.full((batch,), t_len, dtype=torch.long, device=valid.device)
     current = none
     for t in range(t_len):
         current = torch.where(valid[t], t, current)
         owner[t] = current
         current = torch.where(ended[t], none, current)  # later steps: a new episode
+    return owner
+
+
+def credit_to_decisions(rewards: Tensor, dones: Tensor, valid: Tensor) -> tuple[Tensor, Tensor]:
+    """Per decision (valid step): its reward plus those of the invalid steps after it in the
+    same episode, and whether the episode ended on it or on one of those steps. [T, B] each;
+    zero at invalid steps."""
+    t_len, batch = rewards.shape
+    owner = decision_owners(dones, valid)  # t_len: none, the reward is dropped
     dec_rewards = rewards.new_zeros(t_len + 1, batch).scatter_add_(0, owner, rewards)
     dec_dones = rewards.new_zeros(t_len + 1, batch).scatter_reduce_(
         0, owner, dones.to(rewards.dtype), reduce="amax"
     )
     return dec_rewards[:t_len], dec_dones[:t_len]
+
+
+def bootstrap_time_limits(
+    rewards: Tensor,
+    values: Tensor,
+    timeouts: Tensor,
+    dones: Tensor,
+    gamma: float,
+    valid: Tensor | None = None,
+) -> Tensor:
+    """Rewards [T, B] with gamma * V added where an episode was cut by a time limit
+    (`timeouts`: truncated and not terminated), so that the estimators, which stop at every
+    episode end, bootstrap such an end instead of treating it as terminal.
+
+    The value is that of the step's own state (`values` [T, B]), as the state after a cut is
+    reset away: V(s_t) stands for V(s_t+1), one step apart. With `valid` (turn-taking), a cut
+    on an agent's invalid step bootstraps from the value of its decision that the step's
+    reward is credited to (`decision_owners`); with no such decision in the rollout, nothing
+    is added (that reward is dropped too). Values at invalid steps are never read."""
+    _check_time_major("values", values, *rewards.shape)
+    _check_time_major("timeouts", timeouts, *rewards.shape)
+    cut = timeouts.bool()
+    if valid is None:
+        own_value = values
+    else:
+        _check_time_major("valid", valid, *rewards.shape)
+        owner = decision_owners(dones, valid)
+        padded = torch.cat([values, values.new_zeros(1, values.shape[1])], 0)
+        own_value = padded.gather(0, owner)
+        cut = cut & (owner < rewards.shape[0])
+    return torch.where(cut, rewards + gamma * own_value.to(rewards.dtype), rewards)
 
 
 def gae(

@@ -32,7 +32,12 @@ from torch import nn
 
 from rl_pbt.config.flags import TUNED_HPARAMS
 from rl_pbt.config.parse import recurrence
-from rl_pbt.learning.advantages import credit_to_decisions, gae, vtrace
+from rl_pbt.learning.advantages import (
+    bootstrap_time_limits,
+    credit_to_decisions,
+    gae,
+    vtrace,
+)
 from rl_pbt.learning.checkpoints import load_latest_checkpoint, write_checkpoint
 from rl_pbt.learning.losses import (
     clipped_value_loss,
@@ -365,6 +370,8 @@ class Learner:
                 cur_values = model.denormalize_value(cur_v.float())
                 log_rhos = torch.where(mask, cur_logp.float() - old_logp, 0.0)
                 step_rewards, step_dones, turns = rewards.T, dones.T, None
+                if cfg.value_bootstrap:
+                    step_rewards = self._bootstrap_cuts(batch, step_rewards, cur_values.T)
                 if self.turn_taking:  # over each agent's own decisions
                     turns = valid.T
                     step_rewards, step_dones = credit_to_decisions(step_rewards, step_dones, turns)
@@ -381,8 +388,11 @@ class Learner:
                 returns, adv = vs.T, adv.T
             else:
                 turns = valid.T if self.turn_taking else None
+                step_rewards = rewards.T
+                if cfg.value_bootstrap:
+                    step_rewards = self._bootstrap_cuts(batch, step_rewards, values_raw[:, :t].T)
                 adv, returns = gae(
-                    rewards.T, values_raw.T, dones.T, hp["gamma"], cfg.gae_lambda, valid=turns
+                    step_rewards, values_raw.T, dones.T, hp["gamma"], cfg.gae_lambda, valid=turns
                 )
                 adv, returns = adv.T, returns.T
             if cfg.normalize_returns:
@@ -447,6 +457,20 @@ class Learner:
     def _autocast(self) -> torch.autocast:
         """bfloat16 forward passes and losses with --amp (the backward pass follows them)."""
         return torch.autocast(device_type=self.device.type, dtype=torch.bfloat16, enabled=self.amp)
+
+    def _bootstrap_cuts(
+        self, batch: dict, rewards: torch.Tensor, values: torch.Tensor
+    ) -> torch.Tensor:
+        """Rewards [T, B] where the episodes that a time limit cut (`truncated` and not
+        `terminated`) bootstrap from the value of their last state (`--value_bootstrap`)."""
+        return bootstrap_time_limits(
+            rewards,
+            values,
+            batch["timeouts"].T,
+            batch["dones"].T,
+            self.hp["gamma"],
+            valid=batch["valid"].T if self.turn_taking else None,
+        )
 
     def _minibatch_plan(
         self, n: int, host_dones: torch.Tensor

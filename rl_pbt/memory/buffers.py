@@ -24,6 +24,7 @@ SAMPLE_FIELDS = (
     "values",
     "rewards",
     "dones",
+    "timeouts",
     "valid",
     "policy_id",
     "policy_version",
@@ -52,7 +53,8 @@ class TrajectoryBuffers:
     log_probs: torch.Tensor
     values: torch.Tensor  # [S, T+1]: raw values, the last one bootstraps
     rewards: torch.Tensor
-    dones: torch.Tensor
+    dones: torch.Tensor  # 1.0 where the episode ended after the step (terminated or truncated)
+    timeouts: torch.Tensor  # True where it ended truncated (a time limit) and not terminated
     valid: torch.Tensor
     policy_id: torch.Tensor
     policy_version: torch.Tensor
@@ -88,6 +90,7 @@ class TrajectoryBuffers:
             values=shared((s, t + 1), torch.float32, float("nan")),
             rewards=shared((s, t), torch.float32, float("nan")),
             dones=shared((s, t), torch.float32, float("nan")),
+            timeouts=shared((s, t), torch.bool, False),
             valid=shared((s, t), torch.bool, False),
             policy_id=shared((s, t), torch.int16, -1),
             policy_version=shared((s, t), torch.int64, -1),

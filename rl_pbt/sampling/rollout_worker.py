@@ -25,6 +25,7 @@ from rl_pbt.envs.contract import (
     check_reward,
     empty_action_mask,
     observation_misfit,
+    observation_problem,
     where,
 )
 from rl_pbt.envs.scripted import make_scripted
@@ -165,6 +166,7 @@ class RolloutWorker(ServerActing):
         # turn-based game's waiting agents): no forward pass computes that action. Never with
         # an RNN, whose state steps through every observation the learner replays
         self.waits = np.zeros(n_act, dtype=bool)
+        self.obs_checked = np.zeros(n_act, dtype=bool)  # a step's observation checked in full
         self.skipped = np.zeros(n_act, dtype=bool)  # the actors the last forward pass skipped
         self.cur_obs = {k: np.zeros((n_act, *s), dtype=d) for k, s, d in model.obs_spec.items()}
         self.seat: list[Any] = [0] * n_act  # policy id (int) or snapshot id (str) per actor
@@ -238,6 +240,7 @@ class RolloutWorker(ServerActing):
                 # PBT's objective windows
                 self.unscored[e] = warm_up > 0
             self._assign_seats(e)
+            self._check_first_obs(e * self.num_agents, obs_list)
             for a, obs in enumerate(obs_list):
                 self._store_obs(e * self.num_agents + a, obs)
         for i in range(self.num_actors):
@@ -456,8 +459,8 @@ class RolloutWorker(ServerActing):
     def _step_envs(self, e0: int, e1: int, actions: np.ndarray, finished: dict) -> None:
         """Step env copies e0..e1-1 one by one, then record them together."""
         steps = [self._step_env(e, actions) for e in range(e0, e1)]
-        obs, rew, dones, infos = zip(*steps)
-        self._record(e0, obs, rew, dones, infos, finished)
+        obs, rew, dones, cuts, infos = zip(*steps)
+        self._record(e0, obs, rew, dones, infos, finished, cuts)
 
     def _step_env(self, e: int, actions: np.ndarray) -> tuple:
         self._beat(hb.STEPPING, e)
@@ -467,9 +470,9 @@ class RolloutWorker(ServerActing):
             for a in range(self.num_agents)
         ]
         obs, rew, term, trunc, infos = self._env_call(e, "step()", self.envs[e].step, env_actions)
-        check_counts(self._where(e), obs, rew, self.num_agents)
-        dones = np.logical_or(np.asarray(term, bool), np.asarray(trunc, bool))
-        return obs, rew, dones, infos
+        check_counts(self._where(e), obs, rew, self.num_agents, (term, trunc), infos)
+        term, trunc = np.asarray(term, bool), np.asarray(trunc, bool)
+        return obs, rew, term | trunc, trunc & ~term, infos
 
     def _step_batch(self, actions: np.ndarray, finished: dict) -> None:
         n, k = self.num_agents, len(self.envs)
@@ -482,10 +485,12 @@ class RolloutWorker(ServerActing):
             ]
         self._beat(hb.STEPPING, -1)
         obs, rew, term, trunc, infos = self._env_call(-1, "step()", self.batch.step, env_actions)
-        dones = np.logical_or(np.asarray(term, bool), np.asarray(trunc, bool))
+        term, trunc = np.asarray(term, bool), np.asarray(trunc, bool)
+        dones, cuts = term | trunc, trunc & ~term
         if dones.ndim == 1:  # one flag per copy: every agent of the copy shares it
             dones = np.broadcast_to(dones[:, None], (k, n))
-        self._record(0, obs, rew, dones, infos, finished)
+            cuts = np.broadcast_to(cuts[:, None], (k, n))
+        self._record(0, obs, rew, dones, infos, finished, cuts)
 
     def _after_step(self, finished: dict) -> None:
         self._send(finished)
@@ -634,16 +639,18 @@ class RolloutWorker(ServerActing):
             self.pending_bootstrap = waiting
             self._send(finished)
 
-    def _record(self, e0: int, obs, rew, dones, infos, finished) -> None:
-        """One step of env copies e0, e0 + 1, ... (`obs`, `rew`, `dones`, `infos`: one entry
-        per copy, each one per agent). What every step does is done for all their actors at
-        once; the copies with an event (an episode end, a trajectory filled or waiting for its
-        bootstrap value) then go one by one, in order, as the slots they take and the
-        trajectories they send depend on that order."""
+    def _record(self, e0: int, obs, rew, dones, infos, finished, cuts) -> None:
+        """One step of env copies e0, e0 + 1, ... (`obs`, `rew`, `dones`, `infos`, `cuts`: one
+        entry per copy, each one per agent; `cuts`: the episode ended by truncation alone).
+        What every step does is done for all their actors at once; the copies with an event
+        (an episode end, a trajectory filled or waiting for its bootstrap value) then go one by
+        one, in order, as the slots they take and the trajectories they send depend on that
+        order."""
         n, k = self.num_agents, len(obs)
         lo, hi = e0 * n, (e0 + k) * n
         rew = self._step_rewards(e0, rew)
         dones = np.asarray(dones, dtype=bool).reshape(-1)
+        cuts = np.asarray(cuts, dtype=bool).reshape(-1)
         flat = [info for per_copy in infos for info in (per_copy or [{}] * n)] if infos else None
         active = np.ones(k * n, dtype=bool)
         acts_next = np.ones(k * n, dtype=bool)
@@ -663,6 +670,7 @@ class RolloutWorker(ServerActing):
         s, t = self.slot[lo + idx], self.t[lo + idx]
         self.np["rewards"][s, t] = rew[idx]
         self.np["dones"][s, t] = dones[idx]
+        self.np["timeouts"][s, t] = cuts[idx]
         self.np["valid"][s, t] = active[idx]
         self.ep_return[lo:hi] += rew
         self.ep_len[lo:hi] += 1
@@ -679,7 +687,7 @@ class RolloutWorker(ServerActing):
             self._count_steps(trains, counted, j + 1, lo)
             counted = j + 1
             info = infos[j] if infos else None
-            self._copy_event(e0 + j, j * n, rew, dones, active, info, finished)
+            self._copy_event(e0 + j, j * n, rew, dones, cuts, active, info, finished)
         self._count_steps(trains, counted, k, lo)
         # the other copies' trainers move one step on; their other actors hold no slot
         self.t[lo:hi][~event & trains] += 1
@@ -696,12 +704,28 @@ class RolloutWorker(ServerActing):
             pass
         return np.concatenate([self._rewards(e0 + j, r) for j, r in enumerate(rewards)])
 
+    def _check_first_obs(self, lo: int, flat) -> None:
+        """Observations of actors lo, lo + 1, ... checked against the space in full
+        (`observation_problem`): at reset and on the first step, where storing them would
+        silently cast or spread what does not fit; later steps are only stored."""
+        for j, o in enumerate(flat):
+            problem = observation_problem(o, self.obs_space)
+            if problem:
+                e, a = divmod(lo + j, self.num_agents)
+                raise EnvContractError(
+                    f"{self._where(e, a)}: the observation does not fit the observation space "
+                    f"{self.obs_space!r}: {problem}"
+                )
+
     def _store_obs_of(self, lo: int, obs) -> None:
         """The observations of actors lo, lo + 1, ... (one list per copy), written per key.
         Any that do not fit, or leave an action head no legal action, go actor by actor
         through `_store_obs`, which names the first bad one."""
         flat = [o for per_copy in obs for o in per_copy]
         hi = lo + len(flat)
+        if not self.obs_checked[lo:hi].all():  # each actor's first step
+            self._check_first_obs(lo, flat)
+            self.obs_checked[lo:hi] = True
         fits = self._write_obs_rows(lo, hi, flat)
         if fits and self.mask_heads is not None:
             rows = self.cur_obs[MASK_KEY][lo:hi] > 0
@@ -739,18 +763,19 @@ class RolloutWorker(ServerActing):
             if steps:
                 self.count_steps(policy, steps)
 
-    def _copy_event(self, e: int, off: int, rew, dones, active, infos, finished) -> None:
+    def _copy_event(self, e: int, off: int, rew, dones, cuts, active, infos, finished) -> None:
         """Copy e's step after `_record`'s common part: bootstrap values settled, episodes
         closed, seats drawn again when the whole copy's episode ended, and each trajectory
-        moved one step on (sent on when full). Its agents are at `off` in `rew`, `dones` and
-        `active` (`_record`'s arrays); `infos` is copy e's."""
+        moved one step on (sent on when full). Its agents are at `off` in `rew`, `dones`, `cuts`
+        and `active` (`_record`'s arrays); `infos` is copy e's."""
         n = self.num_agents
         base = e * n
         for a in range(n):
             i = base + a
             done = bool(dones[off + a])
             if i in self.pending_bootstrap and self._trains(i):  # only while deferred
-                self._settle_bootstrap(i, bool(active[off + a]), rew[off + a], done, finished)
+                cut = bool(cuts[off + a])
+                self._settle_bootstrap(i, bool(active[off + a]), rew[off + a], done, cut, finished)
             if done:
                 if self.rnn_size:
                     self.h[i] = 0.0
@@ -818,19 +843,22 @@ class RolloutWorker(ServerActing):
         self.slot[i] = self._acquire(1)[0]
         self.t[i] = 0
 
-    def _settle_bootstrap(self, i: int, active: bool, r: float, done: bool, finished) -> None:
+    def _settle_bootstrap(
+        self, i: int, active: bool, r: float, done: bool, cut: bool, finished
+    ) -> None:
         """Actor i's step was just recorded while its previous trajectory waits for a
         bootstrap value (`_write_step` wrote this step's value there; a trajectory whose
         episode had ended was sent there). A decision (or an episode end, or T waiting steps)
-        sends that trajectory; a waiting step's reward and episode end go to its last step,
-        where the learner credits them to the last decision (the new trajectory's copy of that
-        reward precedes its first decision: not counted)."""
+        sends that trajectory; a waiting step's reward and episode end (and whether a time
+        limit cut it) go to its last step, where the learner credits them to the last decision
+        (the new trajectory's copy of that reward precedes its first decision: not counted)."""
         entry = self.pending_bootstrap[i]
         old = entry[0]
         if not active:
             self.np["rewards"][old, self.T - 1] += r
             if done:  # no bootstrap: any finite value (no forward pass may have given one)
                 self.np["dones"][old, self.T - 1] = 1.0
+                self.np["timeouts"][old, self.T - 1] = cut
                 self.np["values"][old, self.T] = 0.0
             entry[1] += 1
             if not done and entry[1] < self.T:
@@ -877,6 +905,7 @@ class RolloutWorker(ServerActing):
             self.np["values"][s, t:] = 0.0
             self.np["rewards"][s, t:] = 0.0
             self.np["dones"][s, t:] = 1.0
+            self.np["timeouts"][s, t:] = False
             self.np["valid"][s, t:] = False
             self.np["policy_id"][s, t:] = policy
             self.np["policy_version"][s, t:] = self.np["policy_version"][s, t - 1]

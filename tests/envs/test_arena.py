@@ -62,8 +62,8 @@ def test_random_steps_follow_the_contract(name):
                     same_team = env.team[i] == env.team[j]
                     expected = objectives[i] if same_team else 1.0 - objectives[i]
                     assert objectives[j] == expected
-            if trunc[0]:
-                assert length == 60
+            assert not trunc[0], "the time limit is a rule of the game: terminated"
+            assert all(info["time_limit"] == (length == 60) for info in infos)
             assert length <= 60
             # the env reset itself: these are the first observations of the next episode
             assert env.t == 0 and all(env.alive)
@@ -109,7 +109,8 @@ def test_time_limit_goes_to_the_side_with_more_health(name, health, expected):
     env.health[:] = health
     for _ in range(5):  # nobody moves or shoots: the health set above stands
         _, rew, term, trunc, infos = env.step([0] * n)
-    assert trunc == [True] * n and term == [False] * n
+    assert term == [True] * n and trunc == [False] * n
+    assert all(info["time_limit"] for info in infos)
     assert [info["true_objective"] for info in infos] == expected
     win, loss = DEFAULT_REWARD_SHAPING["win"], DEFAULT_REWARD_SHAPING["loss"]
     outcome = {1.0: win, 0.0: loss, 0.5: 0.0}

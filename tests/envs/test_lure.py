@@ -127,11 +127,16 @@ def test_every_episode_reports_true_objective_and_is_short():
     for _ in range(5000):
         _, _, terminated, truncated, info = env.step(int(rng.integers(5)))
         length += 1
-        if terminated or truncated:
-            expected = 1.0 - length / env.episode_steps if terminated else 0.0
+        # the time limit is part of the task (the observation shows the time left)
+        assert not truncated
+        if terminated:
+            reached = (env.x, env.y) == GOAL
+            assert info["episode_extra_stats"]["goal_reached"] == float(reached)
+            assert reached or length == env.episode_steps  # else only the time limit ends it
+            expected = 1.0 - length / env.episode_steps if reached else 0.0
             assert info["true_objective"] == pytest.approx(expected)
             assert length <= env.episode_steps <= 100
-            successes += terminated
+            successes += reached
             episodes += 1
             length = 0
             env.reset()
@@ -156,7 +161,7 @@ def test_every_shaping_coefficient_changes_the_reward(key):
                 rewards.append(reward)
                 events.append(
                     {
-                        "goal": float(terminated),
+                        "goal": float((env.x, env.y) == GOAL),
                         "lure": sum(COIN_DECAY**k for k in range(coins, env.coins)),
                         "step_penalty": float(env.t - t),
                     }

@@ -92,6 +92,9 @@ def test_broken_env_is_named_with_the_rule(tmp_path, capsys, fault):
     line = next((ln for ln in text.splitlines() if "ERROR" in ln), "")
     assert f"env '{name}' (worker 0, copy" in line and who in line and rule in line, text[-2000:]
     assert "Traceback" not in text
+    if fault.endswith("_raises"):  # the line of the env's own code that raised
+        method = fault.split("_")[0]
+        assert f"(at {__file__}:" in line and line.endswith(f", in {method})"), line
 
 
 def test_wrong_number_of_agents_is_named(tmp_path, capsys):
@@ -100,6 +103,80 @@ def test_wrong_number_of_agents_is_named(tmp_path, capsys):
     text = capsys.readouterr().out
     assert "step() returned 1 observations for num_agents=2" in text, text[-2000:]
     assert "env 'broken_agents' (worker 0, copy 0)" in text and "Traceback" not in text
+
+
+class BrokenFlags(BrokenMultiAgent):
+    """Two agents, one observation and reward each, but one bool for both agents'
+    `terminated` (or one info dict for both)."""
+
+    def __init__(self, fault):
+        super().__init__()
+        self.fault = fault
+
+    def step(self, actions):
+        obs, rewards = [np.zeros(4, np.float32)] * 2, [0.0, 0.0]
+        if self.fault == "one_bool":
+            return obs, rewards, False, [False, False], [{}, {}]
+        return obs, rewards, [False, False], [False, False], {"is_active": True}
+
+
+@pytest.mark.parametrize(
+    "fault, message",
+    [
+        ("one_bool", "step() returned terminated flags as a bool for num_agents=2"),
+        ("info_dict", "step() returned infos as a dict for num_agents=2"),
+    ],
+)
+def test_flags_and_infos_that_are_no_list_are_named(tmp_path, capsys, fault, message):
+    register_env(f"broken_{fault}", lambda *a, **k: BrokenFlags(fault))
+    assert run(tmp_path, f"broken_{fault}", "--serial_mode") == 1
+    text = capsys.readouterr().out
+    assert message in text and "(a multi-agent env returns one per agent" in text, text[-2000:]
+    assert f"env 'broken_{fault}' (worker 0, copy 0)" in text and "Traceback" not in text
+
+
+class OddObservations(gym.Env):
+    """Observations that numpy would store without complaint, but not as the space says."""
+
+    action_space = gym.spaces.Discrete(2)
+
+    def __init__(self, space, obs):
+        self.observation_space, self.obs = space, obs
+
+    def reset(self, seed=None, options=None):
+        return self.obs, {}
+
+    def step(self, action):
+        return self.obs, 0.0, False, False, {}
+
+
+BOX4 = gym.spaces.Box(-1, 1, (4,), np.float32)
+IMAGE = gym.spaces.Box(0, 255, (3, 64, 64), np.uint8)
+ODD_OBS = {
+    "scalar": (BOX4, np.float32(0.5), "shape () for the space's (4,)"),
+    "floats_in_uint8": (
+        IMAGE,
+        np.full((3, 64, 64), 0.7, np.float32),
+        "floats (float32) for a uint8 space: they would be cast to integers",
+    ),
+    "dict_key_missing": (
+        gym.spaces.Dict({"a": BOX4, "b": BOX4}),
+        {"a": np.zeros(4, np.float32)},
+        "no key 'b' (the space's keys: ['a', 'b'])",
+    ),
+    "discrete_out_of_range": (gym.spaces.Discrete(3), 5, "5, outside the Discrete space's 0..2"),
+}
+
+
+@pytest.mark.parametrize("case", list(ODD_OBS))
+def test_first_observations_are_checked_against_the_space(tmp_path, capsys, case):
+    space, obs, problem = ODD_OBS[case]
+    register_env(f"odd_{case}", lambda *a, **k: OddObservations(space, obs))
+    assert run(tmp_path, f"odd_{case}", "--serial_mode") == 1
+    text = capsys.readouterr().out
+    line = next((ln for ln in text.splitlines() if "ERROR" in ln), "")
+    assert f"env 'odd_{case}' (worker 0, copy 0, agent 0)" in line, text[-2000:]
+    assert "does not fit the observation space" in line and line.endswith(problem), line
 
 
 def test_broken_env_in_a_worker_process_is_one_line(tmp_path, capsys):
