@@ -109,8 +109,22 @@ def did_you_mean(name: str, known: Iterable[str], prefix: str = "--") -> str:
     return f" (did you mean {', '.join(prefix + p for p in picks)}?)" if picks else ""
 
 
-def unknown_flag_message(name: str, known: Iterable[str], source: str) -> str:
-    """'unknown flag --NAME in SOURCE', with the closest known names when some are close."""
+def unknown_flag_message(
+    name: str, known: Iterable[str], source: str, env_name: Optional[str] = None
+) -> str:
+    """'unknown flag --NAME in SOURCE', with the closest known names when some are close; a
+    flag of other registered envs says whose it is."""
+    from rl_pbt.envs.registry import envs_with_flag  # avoid cycle
+
+    owners = envs_with_flag(name)
+    if owners:
+        whose = ", ".join(owners[:3]) + (f" and {len(owners) - 3} more" if len(owners) > 3 else "")
+        here = f"--env={env_name}" if env_name else "a run without --env"
+        envs = "env" if len(owners) == 1 else "envs"
+        return (
+            f"--{name} in {source} is a flag of the {envs} {whose}, not of {here} "
+            f"({PROG} --help --env=NAME lists an env's own flags)"
+        )
     picks = close_names(name, known)
     hint = f"; did you mean {', '.join('--' + p for p in picks)}?" if picks else ""
     if any(p.startswith(name) for p in picks):
@@ -382,7 +396,7 @@ def parse_cfg(
     if unknown:
         name = unknown[0].lstrip("-").split("=", 1)[0]
         if unknown[0].startswith("--") and name:
-            raise ConfigError(unknown_flag_message(name, by_name, "the command line"))
+            raise ConfigError(unknown_flag_message(name, by_name, "the command line", env_name))
         raise ConfigError(f"unrecognized arguments: {' '.join(unknown)}")
     cli = {k.replace(_FOREIGN_DEST, "", 1): v for k, v in vars(ns).items()}
 
@@ -401,7 +415,7 @@ def parse_cfg(
                 if key is None:
                     continue
             if key not in by_name:
-                raise ConfigError(unknown_flag_message(key, by_name, source))
+                raise ConfigError(unknown_flag_message(key, by_name, source, env_name))
             values[key] = _coerce(by_name[key], value, source)
     for note in notes:
         print(f"note: {note}", file=sys.stderr)

@@ -169,6 +169,15 @@ def env_extra_flags(name: str) -> list[Flag]:
     return list(entry.extra_flags) if entry else []
 
 
+def envs_with_flag(flag_name: str) -> list[str]:
+    """The registered envs that have `flag_name` as a flag of their own, sorted."""
+    return sorted(
+        name
+        for name, entry in _REGISTRY.items()
+        if any(f.name == flag_name for f in entry.extra_flags)
+    )
+
+
 def env_feature_sets(name: Optional[str]) -> list[str]:
     """The names of the feature sets env `name` registered, oldest first (empty: none)."""
     entry = _REGISTRY.get(name) if name else None

@@ -116,6 +116,26 @@ def test_unknown_flag_without_close_name_and_stray_words():
         parse_cfg(["--env=CartPole-v1", "stray"])
 
 
+def test_a_flag_of_another_env_says_whose_it_is(tmp_path, monkeypatch):
+    from rl_pbt.config.flags import Flag
+    from rl_pbt.envs import registry
+    from rl_pbt.envs.registry import register_env
+
+    monkeypatch.setattr(registry, "_REGISTRY", dict(registry._REGISTRY))  # undone after
+    make = lambda *a, **k: None  # noqa: E731 (never called: parsing only)
+    register_env("owner_env", make, extra_flags=[Flag("owner_only", int, 1, "a flag of its own")])
+    with pytest.raises(ConfigError) as err:
+        parse_cfg(["--env=CartPole-v1", "--owner_only=2"])
+    message = str(err.value)
+    assert message.startswith("--owner_only in the command line is a flag of the env owner_env")
+    assert "not of --env=CartPole-v1" in message and "--help --env=NAME" in message
+    preset = tmp_path / "p.json"
+    preset.write_text(json.dumps({"env": "CartPole-v1", "owner_only": 3}))
+    with pytest.raises(ConfigError, match=r"--owner_only in preset .* is a flag of the env"):
+        parse_cfg([f"--preset={preset}"])
+    assert parse_cfg(["--env=owner_env", "--owner_only=2"]).owner_only == 2
+
+
 def test_every_flag_has_help_and_typed_default():
     for f in FLAGS:
         assert f.help
