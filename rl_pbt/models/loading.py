@@ -85,6 +85,12 @@ def load_policy(exp_dir: str, policy_id: int, obs_space, action_space, cfg: Cfg)
     """The policy's newest usable checkpoint as an eval-mode model on the CPU (a damaged
     newest file is named in a warning and the one before it is used). FileNotFoundError when
     the folder holds no checkpoint, CheckpointError (a ValueError) when none is usable."""
+    members = getattr(cfg, "num_policies", None)
+    if isinstance(members, int) and not 0 <= policy_id < members:
+        raise FileNotFoundError(
+            f"policy {policy_id}: the run at {exp_dir} has {members} "
+            f"{'policy (0)' if members == 1 else f'policies (0..{members - 1})'}"
+        )
     folder = checkpoint_dir(exp_dir, policy_id)
     found = load_latest_checkpoint(folder, map_location="cpu")
     if found is None:

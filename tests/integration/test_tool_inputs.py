@@ -303,6 +303,13 @@ def test_match_says_when_max_steps_cut_games_short(runs, capsys):
     assert "of the 20 games of p0 against random ended within --max_steps=45" in note
 
 
+def test_a_member_past_the_population_is_named_so(runs, capsys):
+    argv = [f"--train_dir={runs}", "--experiment=pbt", "--policy=5"]
+    fails(capsys, enjoy.main, argv, "policy 5:", "has 2 policies (0..1)")
+    argv = [f"--train_dir={runs}", "--experiment=c4", "--players", "p7", "random", "--games=2"]
+    fails(capsys, match.main, argv, "policy 7:", "has 2 policies (0..1)")
+
+
 def test_enjoy_says_when_no_episode_ended(runs, capsys):
     argv = [f"--train_dir={runs}", "--experiment=pbt", "--episodes=2", "--max_steps=1"]
     assert enjoy.main(argv) == 1
