@@ -136,7 +136,7 @@ def tactic_rates(player, positions) -> tuple[float, float]:
 
 
 def print_tactics(args, experiment: str) -> None:
-    env, positions = tactic_positions(400, args.seed, args.env)
+    env, positions = tactic_positions(args.tactic_positions, args.seed, args.env)
     wins_at_once = sum(1 for _, w, _ in positions if w)
     print(f"tactics on {len(positions)} positions from random games ({wins_at_once} with a win "
           f"at once, {len(positions) - wins_at_once} with only a four to block): takes the "
@@ -156,7 +156,7 @@ def print_tactics(args, experiment: str) -> None:
     for p in range(args.members):
         mover = match.make_player(f"p{p}", env, sampling, args.seed)()
         torch.manual_seed(args.seed + p)
-        own_env, own = tactic_positions(200, args.seed + p, args.env, mover)
+        own_env, own = tactic_positions(args.tactic_positions // 2, args.seed + p, args.env, mover)
         own_env.close()
         if not any(w for _, w, _ in own) or not any(b and not w for _, w, b in own):
             cells.append(f"p{p} n/a")  # no position of one kind in its games
@@ -164,7 +164,8 @@ def print_tactics(args, experiment: str) -> None:
         take, block = tactic_rates(match.make_player(f"p{p}", env, play, args.seed)(), own)
         cells.append(f"p{p} {take:.2f} / {block:.2f}")
     print(
-        "  on up to 200 positions from each member's games against itself: " + "; ".join(cells),
+        f"  on up to {args.tactic_positions // 2} positions from each member's games against "
+        "itself: " + "; ".join(cells),
         flush=True,
     )
 
@@ -278,6 +279,9 @@ def main(argv=None) -> int:
     ap.add_argument("--minutes", type=float, default=30.0, help="time limit of the training")
     ap.add_argument("--games", type=int, default=100, help="games per member and opponent")
     ap.add_argument("--seed", type=int, default=1)
+    ap.add_argument("--tactic_positions", type=int, default=400,
+                    help="positions from random games for the tactics line (half as many "
+                         "from each member's own games)")  # fmt: skip
     ap.add_argument("--deterministic", action="store_true", help="members play their argmax")
     ap.add_argument("--temperature", type=float, default=1.0,
                     help="members sample their moves from softmax(logits / T)")  # fmt: skip

@@ -4,7 +4,7 @@ import json
 import os
 
 from rl_pbt import parse_cfg, train
-from tests.small_run import CARTPOLE_LEARN
+from tests.small_run import CARTPOLE_LEARN, CARTPOLE_STEPS
 
 FLAGS = ["--env=CartPole-v1", *CARTPOLE_LEARN]
 
@@ -27,7 +27,7 @@ def test_parallel_two_policies_learn(tmp_path):
     result = last20(os.path.join(tmp_path, "cp2"))
     for p, (mean_return, n, steps) in result.items():
         assert n == 20
-        assert steps >= 300_000
+        assert steps >= CARTPOLE_STEPS
         assert mean_return >= 195, f"policy {p}: mean of last 20 episodes {mean_return}"
     # resumed, the first episodes are played by the checkpoint's weights, never by zeros or a
     # fresh init: they score like the end of the first run (a random policy scores ~20)
@@ -53,7 +53,7 @@ def test_serial_one_policy_learns(tmp_path):
     )
     assert train(cfg) == 0
     ((mean_return, n, steps),) = last20(os.path.join(tmp_path, "cp1")).values()
-    assert n == 20 and steps >= 300_000
+    assert n == 20 and steps >= CARTPOLE_STEPS
     assert mean_return >= 195, f"mean of last 20 episodes {mean_return}"
 
 
@@ -67,5 +67,5 @@ def test_serial_critic_of_its_own_learns(tmp_path):
     )
     assert train(cfg) == 0
     ((mean_return, n, steps),) = last20(os.path.join(tmp_path, "own")).values()
-    assert n == 20 and steps >= 300_000
+    assert n == 20 and steps >= CARTPOLE_STEPS
     assert mean_return >= 195, f"mean of last 20 episodes {mean_return}"

@@ -16,6 +16,7 @@ SCRIPT = os.path.join(ROOT, "benchmarks", "connect_four.py")
 
 def test_one_stage_prints_a_row_per_member_and_the_goal(tmp_path):
     cmd = [sys.executable, SCRIPT, "--members=2", "--stages", "3000", "--games=4",
+           "--tactic_positions=40",
            "--minutes=3", f"--train_dir={tmp_path}", "--extra", "--num_workers=1",
            "--num_envs_per_worker=4", "--encoder_mlp_layers", "16"]  # fmt: skip
     proc = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=300)
@@ -38,6 +39,7 @@ def test_one_stage_prints_a_row_per_member_and_the_goal(tmp_path):
     with open(os.path.join(tmp_path, "c4", "summary.json")) as f:
         before = f.read()
     again = [sys.executable, SCRIPT, "--members=2", "--games=4", "--deterministic",
+             "--tactic_positions=40",
              "--eval_only", f"--train_dir={tmp_path}"]  # fmt: skip
     proc = subprocess.run(again, cwd=ROOT, capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stdout + proc.stderr
@@ -48,6 +50,7 @@ def test_one_stage_prints_a_row_per_member_and_the_goal(tmp_path):
 
     # members sample their moves from a seeded generator: a rescore repeats, figure for figure
     sampled = [sys.executable, SCRIPT, "--members=2", "--games=6", "--eval_only",
+               "--tactic_positions=40",
                f"--train_dir={tmp_path}"]  # fmt: skip
     outs = []
     for _ in range(2):

@@ -12,7 +12,7 @@ import torch
 from rl_pbt import parse_cfg, train
 from rl_pbt.learning.checkpoints import read_checkpoint
 from rl_pbt.runtime.devices import probe_gpu_count
-from tests.small_run import CARTPOLE_LEARN, SMALL_RUN
+from tests.small_run import CARTPOLE_LEARN, CARTPOLE_STEPS, SMALL_RUN
 
 pytestmark = [
     pytest.mark.cuda,
@@ -45,7 +45,7 @@ def test_cartpole_learns_on_the_gpu(tmp_path, extra):
     assert not torch.cuda.is_initialized()
     result = summary(os.path.join(tmp_path, "g"))
     for p, s in result["policies"].items():
-        assert s["env_steps"] >= 300_000
+        assert s["env_steps"] >= CARTPOLE_STEPS
         assert s["mean_return"] >= 195, f"policy {p}: {s}"
 
 

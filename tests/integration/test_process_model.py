@@ -20,7 +20,7 @@ from rl_pbt.config.parse import ConfigError
 from rl_pbt.learning.learner_process import learner_process_main
 from rl_pbt.runtime import devices
 from rl_pbt.runtime.runner import Runner
-from tests.small_run import CARTPOLE_LEARN, SMALL_RUN
+from tests.small_run import CARTPOLE_LEARN, CARTPOLE_STEPS, SMALL_RUN
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
@@ -64,7 +64,7 @@ def test_cartpole_learns_under_each_start_method(tmp_path, extra):
     result = summary(os.path.join(tmp_path, "cp"))
     for p, s in result["policies"].items():
         assert len(s["recent_returns"]) == 20
-        assert s["env_steps"] >= 300_000
+        assert s["env_steps"] >= CARTPOLE_STEPS
         assert s["mean_return"] >= 195, f"policy {p}: mean of the last 20 episodes {s}"
     if "--inference=device" in extra:
         # one request holds one group of one worker (4 actors): more than that on average
