@@ -54,7 +54,9 @@ def summary(exp_dir):
         # forkserver starts children as spawn does, from a clean process: by hand (-m slow)
         pytest.param(["--mp_start_method=forkserver"], marks=pytest.mark.slow),
         ["--mp_start_method=spawn"],
-        ["--inference=device"],
+        # the inference process costs twice the time of local acting on the CPU: one policy
+        # (two workers still share its forward passes)
+        ["--inference=device", "--num_policies=1"],
     ],
     ids=["forkserver", "spawn", "inference_device"],
 )
