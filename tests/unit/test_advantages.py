@@ -22,17 +22,19 @@ def _random_dones(rng: np.random.Generator, t_len: int, batch: int) -> np.ndarra
 
 def _gae_reference(rewards, values, dones, gamma, lam):
     """A_t = sum_s (gamma * lam)^(s - t) * prod_{t <= i < s} (1 - d_i) * delta_s."""
-    t_len, batch = rewards.shape
+    deltas = rewards + gamma * (1.0 - dones) * values[1:] - values[:-1]
+    return trace_sums(deltas, dones, gamma, lam)
+
+
+def trace_sums(deltas, dones, gamma, lam):
+    """A_t = sum_s (gamma * lam)^(s - t) * prod_{t <= i < s} (1 - d_i) * deltas_s, loop by loop."""
+    t_len, batch = deltas.shape
     adv = np.zeros((t_len, batch))
     for b in range(batch):
-        deltas = [
-            rewards[s, b] + gamma * (1.0 - dones[s, b]) * values[s + 1, b] - values[s, b]
-            for s in range(t_len)
-        ]
         for t in range(t_len):
             total, weight = 0.0, 1.0
             for s in range(t, t_len):
-                total += weight * deltas[s]
+                total += weight * deltas[s, b]
                 weight *= gamma * lam * (1.0 - dones[s, b])
             adv[t, b] = total
     return adv

@@ -9,6 +9,7 @@ import pytest
 import torch
 
 from rl_pbt.learning.advantages import bootstrap_time_limits, gae
+from tests.unit.test_advantages import trace_sums
 
 
 def _sample(seed, t_len=20, batch=9, p_valid=1.0):
@@ -75,27 +76,10 @@ def test_a_cut_before_the_first_decision_adds_nothing():
 
 
 def _gae_reference_with_cuts(rewards, values, dones, cut, gamma, lam):
-    """A_t = sum_s (gamma lam)^(s-t) prod (1 - d_i) delta_s, where delta_s bootstraps from
-    V(s_s) at a cut (the episode ends, the trace stops, but the value goes on)."""
-    t_len, batch = rewards.shape
-    adv = np.zeros((t_len, batch))
-    for b in range(batch):
-        deltas = []
-        for s in range(t_len):
-            if cut[s, b]:
-                nxt = values[s, b]
-            elif dones[s, b]:
-                nxt = 0.0
-            else:
-                nxt = values[s + 1, b]
-            deltas.append(rewards[s, b] + gamma * nxt - values[s, b])
-        for t in range(t_len):
-            total, weight = 0.0, 1.0
-            for s in range(t, t_len):
-                total += weight * deltas[s]
-                weight *= gamma * lam * (1.0 - dones[s, b])
-            adv[t, b] = total
-    return adv
+    """The sum form, where delta_s bootstraps from V(s_s) at a cut (the episode ends, the trace
+    stops, but the value goes on)."""
+    following = np.where(cut, values[:-1], np.where(dones > 0, 0.0, values[1:]))
+    return trace_sums(rewards + gamma * following - values[:-1], dones, gamma, lam)
 
 
 @pytest.mark.parametrize("seed", [3, 4])
