@@ -305,9 +305,11 @@ def test_match_says_when_max_steps_cut_games_short(runs, capsys):
 
 def test_a_member_past_the_population_is_named_so(runs, capsys):
     argv = [f"--train_dir={runs}", "--experiment=pbt", "--policy=5"]
-    fails(capsys, enjoy.main, argv, "policy 5:", "has 2 policies (0..1)")
+    line = fails(capsys, enjoy.main, argv, "policy 5:")
+    assert line.endswith("has 2 policies (0..1)") and "no checkpoint" not in line, line
     argv = [f"--train_dir={runs}", "--experiment=c4", "--players", "p7", "random", "--games=2"]
-    fails(capsys, match.main, argv, "policy 7:", "has 2 policies (0..1)")
+    line = fails(capsys, match.main, argv, "policy 7:")
+    assert line.endswith("has 2 policies (0..1)") and "no checkpoint" not in line, line
 
 
 def test_enjoy_says_when_no_episode_ended(runs, capsys):
