@@ -167,6 +167,7 @@ class RolloutWorker(ServerActing):
         # an RNN, whose state steps through every observation the learner replays
         self.waits = np.zeros(n_act, dtype=bool)
         self.obs_checked = np.zeros(n_act, dtype=bool)  # a step's observation checked in full
+        self.all_obs_checked = False  # every actor's: no more checks
         self.skipped = np.zeros(n_act, dtype=bool)  # the actors the last forward pass skipped
         self.cur_obs = {k: np.zeros((n_act, *s), dtype=d) for k, s, d in model.obs_spec.items()}
         self.seat: list[Any] = [0] * n_act  # policy id (int) or snapshot id (str) per actor
@@ -459,8 +460,8 @@ class RolloutWorker(ServerActing):
     def _step_envs(self, e0: int, e1: int, actions: np.ndarray, finished: dict) -> None:
         """Step env copies e0..e1-1 one by one, then record them together."""
         steps = [self._step_env(e, actions) for e in range(e0, e1)]
-        obs, rew, dones, cuts, infos = zip(*steps)
-        self._record(e0, obs, rew, dones, infos, finished, cuts)
+        obs, rew, term, trunc, infos = zip(*steps)
+        self._record(e0, obs, rew, term, trunc, infos, finished)
 
     def _step_env(self, e: int, actions: np.ndarray) -> tuple:
         self._beat(hb.STEPPING, e)
@@ -471,8 +472,7 @@ class RolloutWorker(ServerActing):
         ]
         obs, rew, term, trunc, infos = self._env_call(e, "step()", self.envs[e].step, env_actions)
         check_counts(self._where(e), obs, rew, self.num_agents, (term, trunc), infos)
-        term, trunc = np.asarray(term, bool), np.asarray(trunc, bool)
-        return obs, rew, term | trunc, trunc & ~term, infos
+        return obs, rew, term, trunc, infos
 
     def _step_batch(self, actions: np.ndarray, finished: dict) -> None:
         n, k = self.num_agents, len(self.envs)
@@ -485,12 +485,7 @@ class RolloutWorker(ServerActing):
             ]
         self._beat(hb.STEPPING, -1)
         obs, rew, term, trunc, infos = self._env_call(-1, "step()", self.batch.step, env_actions)
-        term, trunc = np.asarray(term, bool), np.asarray(trunc, bool)
-        dones, cuts = term | trunc, trunc & ~term
-        if dones.ndim == 1:  # one flag per copy: every agent of the copy shares it
-            dones = np.broadcast_to(dones[:, None], (k, n))
-            cuts = np.broadcast_to(cuts[:, None], (k, n))
-        self._record(0, obs, rew, dones, infos, finished, cuts)
+        self._record(0, obs, rew, term, trunc, infos, finished)
 
     def _after_step(self, finished: dict) -> None:
         self._send(finished)
@@ -639,24 +634,28 @@ class RolloutWorker(ServerActing):
             self.pending_bootstrap = waiting
             self._send(finished)
 
-    def _record(self, e0: int, obs, rew, dones, infos, finished, cuts) -> None:
-        """One step of env copies e0, e0 + 1, ... (`obs`, `rew`, `dones`, `infos`, `cuts`: one
-        entry per copy, each one per agent; `cuts`: the episode ended by truncation alone).
-        What every step does is done for all their actors at once; the copies with an event
+    def _record(self, e0: int, obs, rew, term, trunc, infos, finished) -> None:
+        """One step of env copies e0, e0 + 1, ... (`obs`, `rew`, `term`, `trunc`, `infos`: one
+        entry per copy, each one per agent; a flag may be one for the whole copy). What every
+        step does is done for all their actors at once; the copies with an event
         (an episode end, a trajectory filled or waiting for its bootstrap value) then go one by
         one, in order, as the slots they take and the trajectories they send depend on that
         order."""
         n, k = self.num_agents, len(obs)
         lo, hi = e0 * n, (e0 + k) * n
         rew = self._step_rewards(e0, rew)
-        dones = np.asarray(dones, dtype=bool).reshape(-1)
-        cuts = np.asarray(cuts, dtype=bool).reshape(-1)
+        term = np.broadcast_to(np.asarray(term, bool).reshape(k, -1), (k, n)).reshape(-1)
+        trunc = np.broadcast_to(np.asarray(trunc, bool).reshape(k, -1), (k, n)).reshape(-1)
+        dones, cuts = term | trunc, trunc & ~term  # cuts: ended by a time limit alone
         flat = [info for per_copy in infos for info in (per_copy or [{}] * n)] if infos else None
         active = np.ones(k * n, dtype=bool)
         acts_next = np.ones(k * n, dtype=bool)
         if flat:
-            active[:] = [info.get("is_active", True) for info in flat]
-            acts_next[:] = [info.get("acts_next", True) for info in flat]
+            try:
+                active[:] = [info.get("is_active", True) for info in flat]
+                acts_next[:] = [info.get("acts_next", True) for info in flat]
+            except AttributeError:
+                raise self._info_misfit(e0, flat) from None
         contract = active & self.skipped[lo:hi]
         if contract.any():
             e, a = divmod(lo + int(np.flatnonzero(contract)[0]), n)
@@ -693,6 +692,15 @@ class RolloutWorker(ServerActing):
         self.t[lo:hi][~event & trains] += 1
         self.slot[lo:hi][~event & ~trains] = -1
 
+    def _info_misfit(self, e0: int, flat: list) -> EnvContractError:
+        """The first info of copies e0, e0 + 1, ... that is no dict, named."""
+        j = next(j for j, info in enumerate(flat) if not isinstance(info, dict))
+        e, a = divmod(e0 * self.num_agents + j, self.num_agents)
+        return EnvContractError(
+            f"{self._where(e, a)}: step() returned an info holding a "
+            f"{type(flat[j]).__name__}; each agent's info is a dict"
+        )
+
     def _step_rewards(self, e0: int, rewards) -> np.ndarray:
         """The rewards of copies e0, e0 + 1, ... as one float32 array; a reward that is no
         finite number stops the run naming its agent (`_rewards`)."""
@@ -723,9 +731,10 @@ class RolloutWorker(ServerActing):
         through `_store_obs`, which names the first bad one."""
         flat = [o for per_copy in obs for o in per_copy]
         hi = lo + len(flat)
-        if not self.obs_checked[lo:hi].all():  # each actor's first step
+        if not self.all_obs_checked and not self.obs_checked[lo:hi].all():  # first steps
             self._check_first_obs(lo, flat)
             self.obs_checked[lo:hi] = True
+            self.all_obs_checked = bool(self.obs_checked.all())
         fits = self._write_obs_rows(lo, hi, flat)
         if fits and self.mask_heads is not None:
             rows = self.cur_obs[MASK_KEY][lo:hi] > 0

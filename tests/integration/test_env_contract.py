@@ -117,6 +117,8 @@ class BrokenFlags(BrokenMultiAgent):
         obs, rewards = [np.zeros(4, np.float32)] * 2, [0.0, 0.0]
         if self.fault == "one_bool":
             return obs, rewards, False, [False, False], [{}, {}]
+        if self.fault == "info_text":
+            return obs, rewards, [False, False], [False, False], [{}, "is_active"]
         return obs, rewards, [False, False], [False, False], {"is_active": True}
 
 
@@ -125,14 +127,17 @@ class BrokenFlags(BrokenMultiAgent):
     [
         ("one_bool", "step() returned terminated flags as a bool for num_agents=2"),
         ("info_dict", "step() returned infos as a dict for num_agents=2"),
+        ("info_text", "agent 1): step() returned an info holding a str; each agent's info is a"),
     ],
 )
 def test_flags_and_infos_that_are_no_list_are_named(tmp_path, capsys, fault, message):
     register_env(f"broken_{fault}", lambda *a, **k: BrokenFlags(fault))
     assert run(tmp_path, f"broken_{fault}", "--serial_mode") == 1
     text = capsys.readouterr().out
-    assert message in text and "(a multi-agent env returns one per agent" in text, text[-2000:]
-    assert f"env 'broken_{fault}' (worker 0, copy 0)" in text and "Traceback" not in text
+    assert message in text, text[-2000:]
+    assert fault == "info_text" or "(a multi-agent env returns one per agent" in text, text[-2000:]
+    where = "(worker 0, copy 0, agent 1)" if fault == "info_text" else "(worker 0, copy 0)"
+    assert f"env 'broken_{fault}' {where}" in text and "Traceback" not in text
 
 
 class OddObservations(gym.Env):
