@@ -76,8 +76,13 @@ RAY_CONNECT_TIMEOUT_S = 5.0
 def ray_address_problem(address: str) -> Optional[str]:
     """Why a HOST:PORT address cannot be a Ray cluster's (nothing answers there within
     RAY_CONNECT_TIMEOUT_S), or None. Ray itself would retry for minutes, printing only its
-    own log lines. "auto" and "local" are left to Ray (it fails at once when none runs)."""
-    if address in ("auto", "local") or "://" in address:
+    own log lines. "auto" is the cluster Ray would find (RAY_ADDRESS, else the last one
+    started on this machine), checked the same way; "local" starts one."""
+    if address == "auto":
+        address, problem = _auto_address()
+        if problem or address is None:
+            return problem
+    if address == "local" or "://" in address:
         return None
     host, sep, port = address.rpartition(":")
     if not sep or not port.isdigit() or not host:
@@ -90,6 +95,25 @@ def ray_address_problem(address: str) -> Optional[str]:
             "is the head node up (ray start --head) and the port right?"
         )
     return None
+
+
+def _auto_address() -> tuple[Optional[str], Optional[str]]:
+    """(HOST:PORT of the cluster --ray_address=auto joins, or None; why there is none, or
+    None). Asks Ray's own lookup; where that lookup has moved (another Ray version), (None,
+    None): ray.init decides, as before."""
+    try:
+        from ray._private.services import get_ray_address_from_environment
+    except ImportError:
+        return None, None
+    try:
+        return get_ray_address_from_environment("auto", None), None
+    except ConnectionError:
+        return None, (
+            "no Ray cluster runs on this machine and RAY_ADDRESS is not set; start one (ray "
+            "start --head), give its HOST:PORT, or use --ray_address=local"
+        )
+    except Exception:  # noqa: BLE001 - Ray's lookup failed otherwise: ray.init will say why
+        return None, None
 
 
 @dataclass

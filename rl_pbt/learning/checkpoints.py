@@ -95,6 +95,10 @@ def encode_checkpoint(state: dict) -> bytes:
     return b"".join((MAGIC, fields, payload))
 
 
+# how a file of torch.save starts: a zip archive (torch >= 1.6), or a pickle (older torch)
+TORCH_SAVE_STARTS = (b"PK\x03\x04", b"\x80")
+
+
 def decode_checkpoint(data: bytes, path: str, map_location: Any = None) -> dict:
     """The state held by a checkpoint file's bytes; CheckpointError (naming `path`) when they
     are truncated, damaged, or hold anything but plain data."""
@@ -102,6 +106,10 @@ def decode_checkpoint(data: bytes, path: str, map_location: Any = None) -> dict:
         payload = _verified_payload(data, path)
     elif not data:
         raise CheckpointError(path, "is empty")
+    elif not data.startswith(TORCH_SAVE_STARTS):
+        raise CheckpointError(
+            path, f"is not a checkpoint file (it starts with {bytes(data[:8])!r})"
+        )
     else:
         payload = memoryview(data)  # written before checksums: loaded as it is
     state = _unpickle(payload, path, map_location)

@@ -217,6 +217,19 @@ def test_unknown_format_version_and_non_dict_are_refused(tmp_path):
         read_checkpoint(str(tmp_path / "checkpoint_9_9.pth"))
 
 
+def test_a_file_of_something_else_is_named_so_and_old_torch_saves_still_load(tmp_path):
+    other = tmp_path / "checkpoint_7_7.pth"
+    other.write_bytes(b"garbage\n")  # e.g. a file copied over by mistake
+    with pytest.raises(
+        CheckpointError, match=r"is not a checkpoint file \(it starts with b'garbage"
+    ):
+        read_checkpoint(str(other))
+    for zipped in (True, False):  # files of torch.save without the header, both formats
+        bare = tmp_path / f"checkpoint_8_{int(zipped)}.pth"
+        torch.save({"a": torch.ones(2)}, str(bare), _use_new_zipfile_serialization=zipped)
+        assert torch.equal(read_checkpoint(str(bare))["a"], torch.ones(2))
+
+
 class CreatesAFile:
     """Unpickled without restriction, this creates the file at `path`."""
 
