@@ -75,6 +75,8 @@ class PettingZooParallelAdapter:
         self._zero_obs = _zeros_like_space(self.observation_space)
         self._done = [False] * self.num_agents
         self._last_info: list[dict] = [{} for _ in self.agent_names]
+        # an agent that left: whether by a time limit (None: it left without saying)
+        self._cut: list[Optional[bool]] = [None] * self.num_agents
         self._next_seed = seed
 
     def _obs_list(self, obs: dict) -> list:
@@ -91,6 +93,7 @@ class PettingZooParallelAdapter:
         obs, infos = self.env.reset(seed=seed, options=options)
         self._done = [False] * self.num_agents
         self._last_info = [{} for _ in self.agent_names]
+        self._cut = [None] * self.num_agents
         infos = infos or {}
         return self._obs_list(obs), [
             dict(infos.get(a, {}), is_active=True) for a in self.agent_names
@@ -125,17 +128,19 @@ class PettingZooParallelAdapter:
             if t or tr or a not in obs:
                 self._done[i] = True
                 self._last_info[i] = info
+                self._cut[i] = (tr and not t) if t or tr else None
             out_infos.append(info)
         remaining = getattr(self.env, "agents", None)
         if all(self._done) or (remaining is not None and len(remaining) == 0):
             # the episode is over: every agent ends now, active, with its last info (which
-            # keeps e.g. a `true_objective` reported when it left)
+            # keeps e.g. a `true_objective` reported when it left), and the way it left: a time
+            # limit (bootstrapped) or a true end; one that did not say ends as the episode did
             ended_by_time = not any_term and any(truncated)
             for i in range(n):
                 if was_done[i]:
                     out_infos[i] = dict(self._last_info[i], is_active=True)
-                terminated[i] = not ended_by_time
-                truncated[i] = ended_by_time
+                cut = ended_by_time if self._cut[i] is None else self._cut[i]
+                terminated[i], truncated[i] = not cut, cut
             new_obs, _ = self.reset()
             return new_obs, rewards, terminated, truncated, out_infos
         # agents that left mid-episode: their terminal flags wait for the end of the episode

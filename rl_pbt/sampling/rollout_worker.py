@@ -822,7 +822,14 @@ class RolloutWorker(ServerActing):
             i = base + a
             if self._trains(i):
                 self.t[i] += 1
-                if self.t[i] == self.T:
+                if self.t[i] == self.T and dones[off + a]:
+                    # ended on its last step: nothing to bootstrap, sent now (waiting for a
+                    # value, it would take in the waiting steps of the agent's next episode)
+                    s, policy = int(self.slot[i]), int(self.seat_row[i])
+                    self._pad(s, self.T, policy)
+                    finished.setdefault(policy, []).append(s)
+                    self.slot[i], self.t[i] = self._acquire(1)[0], 0
+                elif self.t[i] == self.T:
                     self._finish_full(i)
             elif self.slot[i] >= 0:
                 self.slot[i] = -1

@@ -181,3 +181,79 @@ def test_connect_four_forwards_one_agent_per_game(tmp_path):
     # 8 games, one mover each (a waiting agent is forwarded only when its rollout needs it)
     assert min(rows) == 8 and np.mean(rows) < 8.5, rows
     assert len(received) > 30
+
+
+class ShortAndLong:
+    """Two agents in turn, agent 0 first in every game. Games of 4 moves and of 1 move
+    alternate; the mover gets 1, the waiting agent -0.25, each plus step / 1000 (a step's
+    reward names the step). `first_cut`: the games of 4 end by a time limit (truncated), those
+    of 1 are won (terminated); else the other way round."""
+
+    is_multiagent = True
+    num_agents = 2
+
+    def __init__(self, first_cut: bool):
+        self.first_cut = first_cut
+        self.observation_space = gym.spaces.Box(0, 1, (3,), np.float32)
+        self.action_space = gym.spaces.Discrete(2)
+        self.t = self.game = self.step_count = 0
+
+    def _obs(self):
+        return [np.array([a == self.t % 2, self.game % 2, 1], np.float32) for a in range(2)]
+
+    def reset(self, seed=None, options=None):
+        self.t = 0
+        return self._obs(), [{"is_active": a == 0, "acts_next": a == 0} for a in range(2)]
+
+    def step(self, actions):
+        mover = self.t % 2
+        bonus = self.step_count / 1000
+        rewards = [(1.0 if a == mover else -0.25) + bonus for a in range(2)]
+        self.t += 1
+        self.step_count += 1
+        long_game = self.game % 2 == 0
+        infos = [{"is_active": a == mover, "acts_next": a == self.t % 2} for a in range(2)]
+        if self.t < (4 if long_game else 1):
+            return self._obs(), rewards, [False] * 2, [False] * 2, infos
+        cut = self.first_cut == long_game
+        self.game += 1
+        self.t = 0
+        for a, info in enumerate(infos):
+            info.update(true_objective=0.0, acts_next=a == 0)
+        return self._obs(), rewards, [not cut] * 2, [cut] * 2, infos
+
+    def close(self):
+        pass
+
+
+FIELDS = ("rewards", "dones", "timeouts", "valid")
+
+
+@pytest.mark.parametrize("first_cut", [True, False])
+def test_a_rollout_that_ends_with_its_episode_takes_nothing_of_the_next(tmp_path, first_cut):
+    """Agent 1's second rollout of 2 steps is game 0's moves 2 (it waits) and 3 (its move, which
+    ends the game): complete, nothing to bootstrap. Game 1 ends on agent 0's first move while
+    agent 1 waits: that step's reward and end belong to game 1, not to the rollout of game 0
+    (they did while the rollout waited for a bootstrap value)."""
+    register_env("short_and_long", lambda n, c, e, render_mode=None: ShortAndLong(first_cut))
+    cfg = parse_cfg(
+        ["--env=short_and_long", "--serial_mode", "--num_workers=1", "--num_envs_per_worker=1",
+         "--worker_num_splits=1", "--rollout=2", "--batch_size=4", "--encoder_mlp_layers", "8",
+         "--seed=1", "--device=cpu", f"--train_dir={tmp_path}", "--experiment=w"]
+    )  # fmt: skip
+    runner, worker = _start(cfg)
+    b = runner.buffers
+    sent = []
+    for _ in range(16):
+        worker.step()
+        for q in runner.learner_queues:
+            for msg in drain(q):
+                sent += [{k: getattr(b, k)[s].numpy().copy() for k in FIELDS} for s in msg.slots]
+                b.transfer(msg.slots, QUEUED, LEARNER)
+                runner.pool.release(msg.slots)
+    game0_end = [s for s in sent if s["valid"].tolist() == [False, True] and s["dones"][1]]
+    assert game0_end, "agent 1's rollout of game 0's last two moves was not sent"
+    first = game0_end[0]
+    assert first["rewards"][1] == pytest.approx(1.003)  # its own move at step 3, nothing added
+    assert bool(first["timeouts"][1]) == first_cut  # how game 0 ended, not game 1
+    assert first["rewards"][0] == pytest.approx(-0.25 + 0.002)  # its wait at step 2

@@ -100,7 +100,9 @@ def test_adapter_contract_with_an_agent_leaving_early():
             assert not obs[1].any() and obs[1].dtype == np.float32
         assert obs[0][0] == t
     obs, rew, term, trunc, infos = env.step([0, 1, 2])
-    assert term == [False] * 3 and trunc == [True] * 3  # a time limit: everyone truncated
+    # a time limit cuts "a" and "c"; "b" ended for good at step 2 and stays so (the cut ones'
+    # values are bootstrapped, its is not)
+    assert term == [False, True, False] and trunc == [True, False, True]
     assert all(info["is_active"] for info in infos)
     assert [info["true_objective"] for info in infos] == [1.0, 0.25, 0.0]
     assert rew == [1.0, 0.0, 3.0]
@@ -119,6 +121,23 @@ def test_episode_ended_by_termination_terminates_everyone():
         assert not any(term) and not any(trunc)
     _, _, term, trunc, _ = env.step([0, 0, 0])
     assert term == [True] * 3 and trunc == [False] * 3
+
+
+def test_an_agent_cut_by_its_own_time_limit_stays_cut_when_the_others_win():
+    class CutB(ScriptedParallelEnv):
+        def step(self, actions):
+            obs, rew, term, trunc, infos = super().step(actions)
+            if "b" in term and term["b"]:  # "b" leaves at step 2 by a time limit of its own
+                term["b"], trunc["b"] = False, True
+            return obs, rew, term, trunc, infos
+
+    env = PettingZooParallelAdapter(CutB(horizon=3, end_by_termination=True))
+    env.reset(seed=0)
+    for _ in range(2):
+        _, _, term, trunc, _ = env.step([0, 0, 0])
+        assert not any(term) and not any(trunc)
+    _, _, term, trunc, _ = env.step([0, 0, 0])
+    assert term == [True, False, True] and trunc == [False, True, False]
 
 
 def test_rejects_mismatched_spaces_and_non_parallel_envs():
