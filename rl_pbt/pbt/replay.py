@@ -61,7 +61,9 @@ class ScheduleReplayer:
     def objectives(self) -> dict[int, Optional[float]]:
         return {0: sum(self.window) / len(self.window) if self.window else None}
 
-    def update(self, env_steps: list[int], ratings=None) -> list[PBTDecision]:
+    def update(self, env_steps: list[int], ratings=None, copying=()) -> list[PBTDecision]:
+        """The recorded changes that are due at env_steps[0] (PBTManager.update's signature:
+        ratings and copying mean nothing to one policy that never copies)."""
         decisions = []
         while self.next < len(self.schedule) and env_steps[0] >= self.schedule[self.next][0]:
             steps, hparams, shaping = self.schedule[self.next]

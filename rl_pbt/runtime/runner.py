@@ -1249,9 +1249,9 @@ class Runner:
             ratings = [self.elo.rating(p) for p in range(self.num_policies)]
         with _SignalsDeferred():  # a step is decided, recorded and sent whole, or not at all
             steps = list(self.env_steps)
-        for d in self.pbt.update(steps, ratings=ratings, copying=set(self.copying)):
-            self._apply_decision(d.policy_id, d.source_id, d.hparams, d.shaping)
-            self.stats.pbt_event(d)
+            for d in self.pbt.update(steps, ratings=ratings, copying=set(self.copying)):
+                self._apply_decision(d.policy_id, d.source_id, d.hparams, d.shaping)
+                self.stats.pbt_event(d)
 
     def _apply_decision(self, policy: int, source, hparams: dict, shaping) -> None:
         """Send a PBT decision on its way: the source's state exported first when it copies

@@ -4,9 +4,13 @@ import glob
 import json
 import os
 
+import pytest
+
+from launch import replay
 from rl_pbt import parse_cfg, register_env, train
+from rl_pbt.learning.checkpoints import latest_checkpoint, read_checkpoint
 from rl_pbt.pbt import unflatten_shaping
-from rl_pbt.pbt.lineage import read_events
+from rl_pbt.pbt.lineage import read_events, schedule_for
 from rl_pbt.pbt.search_space import is_shaping_key
 from tests.scripted_envs import ShapedCartPole
 from tests.small_run import SMALL_RUN
@@ -95,6 +99,24 @@ def test_pbt_run_replaces_mutates_and_reaches_envs(tmp_path, monkeypatch):
     early = {shaping for steps, shaping in installed if steps <= 24000 - 4000} - {default}
     assert early, installed
     assert early <= seen, (early - seen, seen)
+
+    # a member that changed, replayed on one fresh policy: it trains, and ends with the values
+    # its schedule holds at its last env step
+    member = mutated[-1]["policy"]
+    schedule = schedule_for(events, member)
+    assert replay.main(["--from_experiment=pbt", f"--policy={member}", f"--train_dir={tmp_path}",
+                        "--experiment=rp", *SMALL_RUN, "--seed=5"]) == 0  # fmt: skip
+    with open(tmp_path / "rp" / "summary.json") as f:
+        steps = json.load(f)["policies"]["0"]["env_steps"]
+    assert steps >= 24000
+    due = [hparams for at, hparams, _ in schedule if at <= steps]
+    assert len(due) >= 2  # the initial values and at least one change
+    newest = latest_checkpoint(str(tmp_path / "rp" / "checkpoint_p0"))
+    replayed = read_checkpoint(newest)["hparams"]  # the values the learner trained with last
+    assert replayed["learning_rate"] == pytest.approx(due[-1]["learning_rate"])
+    assert {k: replayed[k] for k in due[-1] if k in replayed} == pytest.approx(
+        {k: v for k, v in due[-1].items() if k in replayed}
+    )
 
 
 def test_a_budget_too_short_for_pbt_says_so_at_the_start(tmp_path, capsys):

@@ -55,6 +55,39 @@ def test_a_signal_inside_a_pbt_step_is_taken_at_its_end():
         signal.signal(signal.SIGINT, before)
 
 
+def test_the_runners_pbt_step_applies_every_decision_before_a_signal_is_taken():
+    """Ctrl-C while a PBT step's decisions go out: all of them are sent (values, copies, the
+    shaping), then the stop; never a step half applied."""
+    from types import SimpleNamespace
+
+    from rl_pbt.runtime.runner import Runner
+
+    applied = []
+
+    def decisions(steps, ratings=None, copying=()):
+        for p in (1, 2, 3):
+            if p == 2:
+                os.kill(os.getpid(), signal.SIGINT)
+                time.sleep(0.05)  # the handler has run by now
+            yield SimpleNamespace(policy_id=p, source_id=0, hparams={}, shaping=None)
+
+    runner = SimpleNamespace(
+        cfg=SimpleNamespace(pbt_target_objective="true_objective"),
+        env_steps=[10, 10, 10, 10],
+        copying={},
+        pbt=SimpleNamespace(update=decisions),
+        _apply_decision=lambda policy, source, hparams, shaping: applied.append(policy),
+        stats=SimpleNamespace(pbt_event=lambda d: None),
+    )
+    before = signal.signal(signal.SIGINT, signal.default_int_handler)
+    try:
+        with pytest.raises(KeyboardInterrupt):
+            Runner._pbt_step(runner)
+        assert applied == [1, 2, 3]
+    finally:
+        signal.signal(signal.SIGINT, before)
+
+
 def test_no_signal_no_interrupt():
     handler = signal.getsignal(signal.SIGTERM)
     with _SignalsDeferred():
