@@ -17,6 +17,7 @@ import sys
 import numpy as np
 
 import envs  # noqa: F401  (registers the built-in envs)
+from launch import summary
 from rl_pbt.config.parse import experiment_dir
 from rl_pbt.envs.registry import make_env
 from rl_pbt.envs.wrappers import as_multiagent
@@ -39,7 +40,7 @@ from rl_pbt.models.loading import (
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0], allow_abbrev=False)
+    parser = argparse.ArgumentParser(description=summary(__doc__), allow_abbrev=False)
     parser.add_argument(
         "--env",
         default=None,

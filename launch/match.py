@@ -35,6 +35,7 @@ import numpy as np
 import torch
 
 import envs  # noqa: F401  (registers the built-in envs)
+from launch import summary
 from rl_pbt.config.flags import seed_range
 from rl_pbt.envs.registry import has_batched_env, make_env, make_env_batch
 from rl_pbt.envs.scripted import (  # noqa: F401  (RandomActor: for callers of this module)
@@ -128,6 +129,12 @@ def _load_model(spec: str, env, args):
     except RuntimeError as e:  # torch's size mismatch: another env's observations or actions
         if args.env == trained_on:  # the run's own env: the checkpoint and config.json disagree
             raise ValueError(checkpoint_misfit(exp_dir, policy_id, e)) from e
+        if not getattr(args, "env_given", True):  # the env of another player's run
+            raise ValueError(
+                f"player {spec!r} was trained on {trained_on}, whose observations or actions "
+                f"differ from those of {args.env}, the env of the first trained player's run: "
+                "a match is played in one env; name players of runs of one env"
+            ) from e
         raise ValueError(
             f"player {spec!r} was trained on {trained_on}, whose observations or actions differ "
             f"from --env={args.env}'s; leave --env out to play in {trained_on}"
@@ -421,7 +428,7 @@ def cross_play(env, names: list[str], factories: dict, games: int, max_steps: in
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0], allow_abbrev=False)
+    parser = argparse.ArgumentParser(description=summary(__doc__), allow_abbrev=False)
     parser.add_argument("--env", default=None, help="default: the env of the players' experiment")
     parser.add_argument("--experiment", default=None, help="the run whose members pN are")
     parser.add_argument("--train_dir", default="train_dir")
@@ -467,7 +474,29 @@ def check_args(args) -> None:
     if problem:
         raise ValueError(problem)
     for spec in args.players:
-        parse_player(spec, args.experiment, args.env)
+        try:
+            parse_player(spec, args.experiment, args.env)
+        except ValueError:
+            env = args.env or _env_of_the_runs(args)
+            if env is not None:  # the same error, naming the scripted players of the env
+                parse_player(spec, args.experiment, env)
+            raise
+
+
+def _env_of_the_runs(args) -> Optional[str]:
+    """The env of the first trained player's run, when one names a run that can be read
+    (None otherwise: resolve_env says what is wrong with it later)."""
+    for spec in args.players:
+        try:
+            found = parse_player(spec, args.experiment)
+        except ValueError:
+            continue
+        if found is not None:
+            try:
+                return experiment_cfg(os.path.join(args.train_dir, found[0])).env
+            except (OSError, ValueError):
+                return None
+    return None
 
 
 def check_players(args) -> None:
@@ -496,6 +525,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         check_args(args)
         torch.manual_seed(args.seed)  # trained players sample their actions from torch's rng
+        args.env_given = args.env is not None
         args.env = resolve_env(args)
         if args.num_envs > 1 and not has_batched_env(args.env):
             raise ValueError(

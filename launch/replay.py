@@ -20,6 +20,7 @@ import os
 import sys
 from typing import Any, Optional
 
+from launch import summary
 from launch.train import main as train_main
 from rl_pbt.config.flags import FLAGS_BY_NAME
 from rl_pbt.config.parse import close_names, with_added_model_flags
@@ -38,6 +39,15 @@ INHERITED = [
     "obs_features_set",
     "train_for_env_steps",
 ]
+
+
+# flags the replay sets itself, and why
+SET_HERE = {
+    "num_policies": "a replay trains one policy",
+    "with_pbt": "a replay follows the recorded schedule, without PBT of its own",
+    "pbt_replay_lineage": "the replay reads the lineage of --from_experiment",
+    "pbt_replay_policy": "the replay follows the member given by --policy",
+}
 
 
 def _fail(message: str) -> int:
@@ -101,10 +111,18 @@ def target_problem(args: Any, target: str, src: str, lineage: str) -> Optional[s
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
-        allow_abbrev=False, prog=PROG, description=__doc__.split("\n")[0]
+        allow_abbrev=False,
+        prog=PROG,
+        description=summary(__doc__),
+        epilog="Any flag of rl-pbt-train (rl-pbt-train --help) goes on to the training, e.g. "
+        "--train_for_env_steps=N to stop the replay sooner, or --num_workers; the env and "
+        "model flags default to the source run's. The replay sets --num_policies, --with_pbt "
+        "and --pbt_replay_* itself.",
     )
-    parser.add_argument("--from_experiment", required=True)
-    parser.add_argument("--policy", type=int, required=True)
+    parser.add_argument("--from_experiment", required=True, help="the PBT run to replay from")
+    parser.add_argument(
+        "--policy", type=int, required=True, help="the member whose schedule is replayed"
+    )
     parser.add_argument("--train_dir", default="train_dir")
     parser.add_argument(
         "--experiment", default=None, help="default: {from_experiment}_p{policy}_replay"
@@ -117,13 +135,23 @@ def main(argv: list[str] | None = None) -> int:
         near = close_names(name, own) if name and name not in FLAGS_BY_NAME else []
         if near:
             return _fail(f"unknown flag --{name} (did you mean --{near[0]}?)")
+    clash = sorted(
+        {a.split("=")[0].lstrip("-") for a in rest if a.startswith("--")} & set(SET_HERE)
+    )
+    if clash:
+        return _fail(f"--{clash[0]}: {SET_HERE[clash[0]]}; leave it out")
     problem = experiment_name_problem(args.from_experiment)
     if problem:
         return _fail(f"--from_experiment={args.from_experiment!r} {problem}: give its name")
     src = os.path.join(args.train_dir, args.from_experiment)
     lineage = lineage_path(src)
+    if not os.path.isdir(src):
+        return _fail(f"--from_experiment={args.from_experiment}: no run at {src}")
     if not os.path.isfile(lineage):
-        return _fail(f"no lineage at {lineage}")
+        return _fail(
+            f"--from_experiment={args.from_experiment}: {src} has no PBT lineage ({lineage}); "
+            "only a run trained with --with_pbt has a schedule to replay"
+        )
     src_cfg, problem = _read_config(os.path.join(src, "config.json"))
     if problem:
         return _fail(f"--from_experiment={args.from_experiment}: {problem}")
@@ -151,7 +179,8 @@ def main(argv: list[str] | None = None) -> int:
     if args.restart_behavior is not None:
         base.append(f"--restart_behavior={args.restart_behavior}")
     return train_main(
-        base
+        prog=PROG,
+        argv=base
         + [
             f"--train_dir={args.train_dir}",
             f"--pbt_replay_lineage={lineage}",
@@ -159,7 +188,7 @@ def main(argv: list[str] | None = None) -> int:
             "--num_policies=1",
             "--with_pbt=False",
             *rest,
-        ]
+        ],
     )
 
 

@@ -22,6 +22,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, Optional
 
+from launch import summary
 from rl_pbt.logging.files import (
     EXPERIMENT_MARKER,
     atomic_write,
@@ -415,7 +416,7 @@ def selfplay_sections(run: RunData, figures) -> list[Section]:
     else:
         win.notes.append(
             f"no cross-play win rates on disk ({CROSS_PLAY_FILE}): "
-            "python -m launch.match plays members against each other and prints the table"
+            "rl-pbt-match plays members against each other and prints the table"
         )
     return [sec, win]
 
@@ -607,9 +608,7 @@ def _fail(message: str) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(
-        allow_abbrev=False, prog=PROG, description=__doc__.split("\n")[0]
-    )
+    parser = argparse.ArgumentParser(allow_abbrev=False, prog=PROG, description=summary(__doc__))
     parser.add_argument("--experiment", required=True)
     parser.add_argument("--train_dir", default="train_dir")
     parser.add_argument("--dot", default=None, help="also write the tree as graphviz dot")

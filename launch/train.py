@@ -16,13 +16,14 @@ from rl_pbt import ConfigError, parse_cfg, train
 from rl_pbt.runtime import runner
 
 
-def config_error(e: ConfigError) -> int:
+def config_error(e: ConfigError, prog: str = "rl-pbt-train") -> int:
     one_line = "; ".join(line.strip() for line in str(e).splitlines() if line.strip())
-    print(f"rl-pbt-train: error: {one_line}", file=sys.stderr)
+    print(f"{prog}: error: {one_line}", file=sys.stderr)
     return 2
 
 
-def main(argv: list[str] | None = None) -> int:
+def main(argv: list[str] | None = None, prog: str = "rl-pbt-train") -> int:
+    """`prog`: the tool that runs the training (rl-pbt-replay names itself in its errors)."""
     try:
         cfg = parse_cfg(sys.argv[1:] if argv is None else argv)
     except SystemExit as e:  # --help printed
@@ -31,13 +32,13 @@ def main(argv: list[str] | None = None) -> int:
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return 0
     except ConfigError as e:  # bad flags, or flags that do not fit the env
-        return config_error(e)
+        return config_error(e, prog)
     if argv is None:  # the command line: a jammed run may restart itself with it, resuming
         runner.REEXEC_ARGV = [sys.executable, "-m", "launch.train", *resume_flags(sys.argv[1:])]
     try:
         return train(cfg)
     except ConfigError as e:  # found once the env is built, still before anything is written
-        return config_error(e)
+        return config_error(e, prog)
 
 
 def resume_flags(flags: list[str]) -> list[str]:

@@ -204,6 +204,29 @@ def _read_json(path: Path) -> Any:
         return json.load(f)
 
 
+def shipped_files(kind: str) -> list[str]:
+    """Names of the JSON files of `kind` (see `file_kind`) in configs/."""
+    names = []
+    for path in sorted(CONFIGS_DIR.glob("*.json")) if CONFIGS_DIR.is_dir() else []:
+        try:
+            if file_kind(_read_json(path)) == kind:
+                names.append(path.name)
+        except (OSError, ValueError):
+            continue
+    return names
+
+
+def shipped_path(value: str) -> str:
+    """A file flag's value: as given when that file exists (or the value is absolute), else
+    the file of that name shipped in configs/ when there is one (as a preset names it)."""
+    if not value or os.path.isabs(value) or os.path.exists(value):
+        return value
+    for candidate in (CONFIGS_DIR / value, CONFIGS_DIR / f"{value}.json"):
+        if candidate.is_file():
+            return str(candidate)
+    return value
+
+
 def list_presets() -> list[str]:
     """Names of the presets in configs/ (the other JSON files there are search spaces and
     per-policy values, named by --pbt_search_space and --policy_values)."""
@@ -420,6 +443,9 @@ def parse_cfg(
     for note in notes:
         print(f"note: {note}", file=sys.stderr)
 
+    for key in PRESET_FILE_FLAGS:  # shaping_only.json: the one in configs/, as in a preset
+        if isinstance(values.get(key), str):
+            values[key] = shipped_path(values[key])
     cfg = Cfg(values)
     validate(cfg, flags, evaluation=evaluation)
     return cfg
@@ -606,7 +632,9 @@ def check_search_space_file(path: str) -> None:
     can change while it runs (reward-shaping leaves, `rew.*`, are checked against the env)."""
     where = f"--pbt_search_space={path!r}"
     if not os.path.isfile(path):
-        raise ConfigError(f"{where}: no such file")
+        shipped = shipped_files("search_space")
+        also = f"; shipped in configs/: {', '.join(shipped)}" if shipped else ""
+        raise ConfigError(f"{where}: no such file{also}")
     try:
         data = _read_json(Path(path))
     except ValueError as e:  # json.JSONDecodeError and UnicodeDecodeError are ValueErrors
@@ -978,6 +1006,71 @@ def resume_mismatches(cfg: Cfg, saved: dict) -> list[str]:
         if not same:
             out.append(f"--{key}={_shown(new)} (the run has {_shown(old)})")
     return out
+
+
+# flags a resume changes as a matter of course: not worth a note
+RESUME_ROUTINE = (
+    "restart_behavior",
+    "train_for_env_steps",
+    "train_for_seconds",
+    "experiment",
+    "train_dir",
+    "preset",
+)
+
+
+def resume_changes(cfg: Cfg, saved: dict) -> list[tuple[str, Any, Any]]:
+    """(flag, new value, the run's value) for each flag a resume gives another value than
+    the run it resumes had (`saved`, its config.json), beyond those it must keep
+    (`RESUME_FIXED`, refused before) and the routine ones (`RESUME_ROUTINE`)."""
+    out = []
+    saved = with_added_model_flags(saved)
+    for key, new in cfg.to_dict().items():
+        if key in RESUME_FIXED or key in RESUME_ROUTINE or key not in saved:
+            continue
+        old = saved[key]
+        if isinstance(new, (list, tuple)) and isinstance(old, (list, tuple)):
+            same = list(new) == list(old)
+        else:
+            same = new == old
+        if not same:
+            out.append((key, new, old))
+    return out
+
+
+def resume_notes(changes: list[tuple[str, Any, Any]], pbt_before: bool, pbt_now: bool,
+                 replay: bool) -> tuple[list[str], dict[str, float]]:  # fmt: skip
+    """What a resume with `changes` (see `resume_changes`) tells the user, and the learning
+    values (TUNED_HPARAMS) every learner takes over its checkpoint's. Without PBT a changed
+    learning flag applies from the resume on (the user asked for it); with PBT, or a replayed
+    schedule, each member keeps its own value from its checkpoint, and the note says so."""
+    from rl_pbt.config.flags import TUNED_HPARAMS
+
+    if not changes:
+        return [], {}
+    shown = ", ".join(f"--{k}={_shown(new)} (the run had {_shown(old)})" for k, new, old in changes)
+    notes = [f"resuming with flags that differ from the run's config.json: {shown}"]
+    tuned = {k: float(new) for k, new, _ in changes if k in TUNED_HPARAMS}
+    if tuned and (pbt_before or pbt_now or replay):
+        names = ", ".join(f"--{k}" for k in tuned)
+        whose = "the replayed schedule's" if replay else "PBT's"
+        notes.append(
+            f"{names}: each member keeps the value its checkpoint holds ({whose}); a learning "
+            "flag changes nothing at the resume of such a run"
+        )
+        tuned = {}
+    elif tuned:
+        notes.append(
+            "every policy trains with the new "
+            + ", ".join(f"{k}={_shown(v)}" for k, v in tuned.items())
+            + " from here on"
+        )
+    if pbt_before and not pbt_now and not replay:
+        notes.append(
+            "the run trained with --with_pbt and this resume has none: PBT stops, each member "
+            "keeps the values it has; give --with_pbt and the run's PBT flags to go on with it"
+        )
+    return notes, tuned
 
 
 def load_cfg(path: str) -> Cfg:

@@ -328,10 +328,17 @@ class PopulationDriver:
             status = 1
         self._status_line(None)
         best = int(np.argmax([np.mean(r) if r else -np.inf for r in self.recent]))
+        head = f"Results in {self.exp_dir}"
+        if status:
+            head = (
+                f"The population stopped before its end (exit status {status}; the messages "
+                "above say why). The same command resumes it. What it saved is in "
+                f"{self.exp_dir}"
+            )
         print(
-            f"Results in {self.exp_dir}: population.json, pbt/ (state, lineage), .summary/ "
+            f"{head}: population.json, pbt/ (state, lineage), .summary/ "
             f"(TensorBoard), groups/g*/ (each node group's run and checkpoints). Next:\n"
-            f"  watch member {best} (the best): python -m launch.enjoy --env={cfg.env} "
+            f"  watch member {best} (the best): rl-pbt-enjoy --env={cfg.env} "
             f"--experiment={cfg.experiment} --train_dir={cfg.train_dir} --policy={best}",
             flush=True,
         )

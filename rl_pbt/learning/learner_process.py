@@ -61,9 +61,13 @@ class LearnerHost:
             if policy is None or p == policy:
                 self.heartbeats.beat(idx, activity, p)
 
-    def start(self, resume: bool) -> None:
+    def start(self, resume: bool, hparams: Optional[dict] = None) -> None:
+        """Each learner from its newest checkpoint when resuming, then with `hparams` (the
+        learning values the resume changed) over the checkpoint's; its weights published."""
         for p, learner in self.learners.items():
             if resume and learner.load_latest():
+                if hparams:
+                    learner.set_hparams(hparams)
                 self.report_queue.put(
                     LearnerEvent(
                         p,
@@ -204,7 +208,7 @@ def learner_process_main(spec, policy_ids: list[int]) -> None:
             heartbeats,
             hb_index,
         )
-        host.start(spec.resuming)
+        host.start(spec.resuming, spec.resume_hparams)
         stop_seen = None
         while not host.stopped:
             host.poll(timeout=0.05)

@@ -304,7 +304,8 @@ def status_block(
 
 # --- end of the run ---------------------------------------------------------------------------
 def _cmd(module: str, *args: str) -> str:
-    return " ".join([f"python -m {module}", *args])
+    """A command of an installed tool: launch.report -> rl-pbt-report ..."""
+    return " ".join([f"rl-pbt-{module.rsplit('.', 1)[-1]}", *args])
 
 
 def _call(module: str, *args: str) -> str:
@@ -321,10 +322,13 @@ def end_of_run_text(
     selfplay: bool,
     best_policy: Optional[int] = None,
     own_env: bool = False,
+    status: int = 0,
 ) -> str:
     """Where the results of a finished run are and the commands to look at them. `own_env`:
     the env was registered by the user's code, which a new process knows nothing of: the
-    commands that make it are then calls to run after that registration."""
+    commands that make it are then calls to run after that registration. `status` other than
+    0: the run stopped before its end (an error or a stop asked for), and the text says so
+    first, and how to go on."""
     q = shlex.quote
     experiment = getattr(cfg, "experiment", os.path.basename(os.path.normpath(exp_dir)))
     train_dir = getattr(cfg, "train_dir", os.path.dirname(os.path.normpath(exp_dir)))
@@ -364,6 +368,12 @@ def end_of_run_text(
         )
     )
     lines = [f"Results in {exp_dir} ({files}). Next:"]
+    if status:
+        lines = [
+            f"The run stopped before its end (exit status {status}; the messages above say "
+            "why). The same command resumes it from its checkpoints, once the cause is "
+            f"fixed. What it saved is in {exp_dir} ({files}); to look at it:"
+        ]
     for why, command in hints:
         lines += [f"  {why}:", f"    {command}"]
     return "\n".join(lines)

@@ -68,6 +68,9 @@ class RunSpec:
     # --pbt_target_objective=vs_scripted:NAME plays against (None: no such games)
     scripted: Optional[dict] = None
     scripted_seat: Optional[str] = None
+    # learning values a resume changed (without PBT): each learner takes them over its
+    # checkpoint's
+    resume_hparams: Optional[dict] = None
 
     def make_model(self):
         return make_actor_critic(self.obs_space, self.action_space, self.cfg)

@@ -29,7 +29,9 @@ from rl_pbt.config.parse import (
     ConfigError,
     experiment_dir,
     recurrence,
+    resume_changes,
     resume_mismatches,
+    resume_notes,
     save_cfg,
 )
 from rl_pbt.config.policy_values import (
@@ -228,6 +230,15 @@ def check_experiment_dir(cfg: Cfg) -> str:
     return exp_dir
 
 
+def _saved_config(exp_dir: str) -> Optional[dict]:
+    """The config.json of the run in `exp_dir`, or None (none, or unreadable: check_resume
+    refuses such a resume)."""
+    try:
+        return read_run_config(os.path.join(exp_dir, "config.json"))
+    except (OSError, ValueError):
+        return None
+
+
 def check_resume(cfg: Cfg, config_path: str) -> None:
     """A resumed run has the env, population and network of the run it resumes: else its
     checkpoints cannot load, and the old config would be overwritten by a run that fails."""
@@ -393,11 +404,21 @@ class Runner:
         # (run() takes the lock and holds it until the end)
         self.run_lock = RunLock(cfg.train_dir, cfg.experiment)
         self.run_lock.check()
+        saved = _saved_config(experiment_dir(cfg))  # before prepare may move it aside
         self.exp_dir, self.resuming = prepare_experiment_dir(cfg)
+        self.resume_hparams: dict[str, float] = {}
         if self.resuming:
             problem = saved_network_problem(self.exp_dir, template)
             if problem:
                 raise ConfigError(problem)
+            notes, self.resume_hparams = resume_notes(
+                resume_changes(cfg, saved or {}),
+                pbt_before=bool((saved or {}).get("with_pbt")),
+                pbt_now=bool(cfg.with_pbt),
+                replay=bool(cfg.pbt_replay_lineage),
+            )
+            for note in notes:
+                log(f"note: {note}")
         _warm_up_imports(template, self.start_method)
         rows = cfg.num_policies + (cfg.selfplay_snapshot_pool_size if self.use_snapshots else 0)
         # one more row: a state copied in from another node group lands there (never in the
@@ -549,7 +570,14 @@ class Runner:
             if cfg.with_pbt:
                 from rl_pbt.pbt.manager import search_space_of
 
-                search_space_of(cfg, default_hparams(cfg), self.default_shaping)
+                try:
+                    search_space_of(cfg, default_hparams(cfg), self.default_shaping)
+                except ValueError as e:  # an entry the env does not fit: name the file
+                    where = f"--pbt_search_space={cfg.pbt_search_space!r}: "
+                    text = str(e)
+                    if cfg.pbt_search_space and not text.startswith("--pbt_search_space"):
+                        text = where + text
+                    raise ConfigError(text) from None
         except ValueError as e:
             raise ConfigError(str(e)) from None
         return None
@@ -564,6 +592,7 @@ class Runner:
             cfg=self.cfg,
             exp_dir=self.exp_dir,
             resuming=self.resuming,
+            resume_hparams=self.resume_hparams,
             run_seed=self.run_seed,
             obs_space=self.obs_space,
             action_space=self.action_space,
@@ -704,6 +733,7 @@ class Runner:
                 selfplay=self.num_agents > 1,
                 best_policy=self.stats.best_policy(),
                 own_env=self._own_env(),
+                status=status,
             ),
             flush=True,
         )
@@ -775,7 +805,7 @@ class Runner:
         host = LearnerHost(
             learners, _MergedQueue(self.learner_queues), self.learner_queues, self.report_queue
         )
-        host.start(self.resuming)
+        host.start(self.resuming, self.resume_hparams)
         self._initial_messages()
         self.serve_in_process(learners)
         workers: list = []

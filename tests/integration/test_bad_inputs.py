@@ -260,7 +260,7 @@ CASES = [
     Case(
         "space_missing",
         PBT + ["--pbt_search_space={tmp}/nope.json"],
-        ["--pbt_search_space", "no such file"],
+        ["--pbt_search_space", "no such file", "shipped in configs/: ", "shaping_only.json"],
     ),
     # --- policy-values files ---
     Case("values_json", ["--policy_values={tmp}/values.json"], ["JSON"], values("[{")),
@@ -326,7 +326,7 @@ CASES = [
     Case(
         "space_unknown_shaping_leaf",
         ["--env=lure", *PBT, "--pbt_search_space={tmp}/space.json", *ELSEWHERE],
-        ["rew.nonexistent", "reward shaping"],
+        ["--pbt_search_space=", "space.json", "rew.nonexistent", "reward shaping"],
         space({"rew.nonexistent": {"type": "float", "low": 0, "high": 1}}),
         base=False,
     ),

@@ -177,6 +177,10 @@ def test_batched_match_in_an_env_without_flat_observations(runs, capsys):
             ["'alphabeta:dept=2'", "'dept'", "takes: depth"],
         ),
         (["--players", "p0", "random:level=2"], ["'random:level=2'", "no parameters"]),
+        # a misspelled scripted player: the env of the run (no --env given) names its players
+        (["--players", "p0", "alphabta"], ["'alphabta'", "alphabeta", "for connect_four"]),
+        # a player of a run of another env, no --env given: no advice to leave --env out
+        (["--players", "p0", "pbt:p0"], ["'pbt:p0' was trained on CartPole-v1", "one env"]),
         (["--temperature=0"], ["--temperature=0.0", "above 0", "--deterministic"]),
         (["--temperature=inf"], ["--temperature=inf", "above 0"]),
         (["--temperature=0.5", "--deterministic"], ["--temperature=0.5", "give one of them"]),
@@ -347,6 +351,22 @@ def test_enjoy_and_match_take_no_abbreviated_flags(runs, capsys):
 def test_replay_names_its_own_flag_when_one_is_misspelled(runs, capsys):
     argv = [f"--train_dir={runs}", "--from_experiment=pbt", "--policy=1", "--polcy=3"]
     line = fails(capsys, replay.main, argv, "unknown flag --polcy", "did you mean --policy?")
+    assert line.startswith("rl-pbt-replay: error: ")
+    assert not (runs / "pbt_p1_replay").exists()  # nothing was trained
+
+
+def test_replay_says_what_it_sets_itself_and_what_a_source_lacks(runs, capsys):
+    base = [f"--train_dir={runs}", "--policy=1"]
+    line = fails(capsys, replay.main, base + ["--from_experiment=pbt", "--num_policies=3"],
+                 "--num_policies: a replay trains one policy; leave it out")  # fmt: skip
+    assert line.startswith("rl-pbt-replay: error: ")
+    fails(capsys, replay.main, base + ["--from_experiment=pbt", "--with_pbt"], "--with_pbt")
+    fails(capsys, replay.main, base + ["--from_experiment=nope"], "no run at", "nope")
+    fails(capsys, replay.main, base + ["--from_experiment=c4"],
+          "has no PBT lineage", "only a run trained with --with_pbt")  # fmt: skip
+    # an error the trainer finds is labelled with the tool the user ran
+    line = fails(capsys, replay.main, base + ["--from_experiment=pbt", "--batch_size=7"],
+                 "--batch_size")  # fmt: skip
     assert line.startswith("rl-pbt-replay: error: ")
     assert not (runs / "pbt_p1_replay").exists()  # nothing was trained
 

@@ -380,3 +380,15 @@ def test_report_and_replay_take_argv_and_fail_cleanly(tmp_path, capsys):
     assert replay(["--from_experiment=nope", "--policy=0", f"--train_dir={tmp_path}"]) == 2
     lines = capsys.readouterr().err.strip().splitlines()
     assert len(lines) == 2 and all("nope" in line for line in lines)
+
+
+def test_a_file_flag_names_a_file_shipped_in_configs_as_a_preset_does(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)  # no shaping_only.json here
+    cfg = parse_cfg(["--env=CartPole-v1", "--pbt_search_space=shaping_only.json"])
+    assert cfg.pbt_search_space == str(CONFIGS_DIR / "shaping_only.json")
+    assert parse_cfg(["--env=CartPole-v1", "--pbt_search_space=shaping_only"]).pbt_search_space == (
+        str(CONFIGS_DIR / "shaping_only.json")
+    )
+    (tmp_path / "shaping_only.json").write_text("{}")  # a file of the user's wins
+    cfg = parse_cfg(["--env=CartPole-v1", "--pbt_search_space=shaping_only.json"])
+    assert cfg.pbt_search_space == "shaping_only.json"

@@ -323,17 +323,23 @@ def test_end_of_run_text_names_the_next_commands():
     text = end_of_run_text("runs/duel", cfg, has_pbt=True, selfplay=True, best_policy=2)
     assert "Results in runs/duel" in text and "pbt/lineage.jsonl" in text
     where = "--experiment=duel --train_dir=runs"
-    assert f"python -m launch.report {where}\n" in text
-    assert f"python -m launch.enjoy --env=arena_duel {where} --policy=2\n" in text
-    assert f"python -m launch.match --env=arena_duel {where} " in text
+    assert f"rl-pbt-report {where}\n" in text
+    assert f"rl-pbt-enjoy --env=arena_duel {where} --policy=2\n" in text
+    assert f"rl-pbt-match --env=arena_duel {where} " in text
     assert "--players p2 p0 p1 p3" in text
     assert "tensorboard --logdir runs/duel/.summary" in text and "pip install tensorboard" in text
 
     solo = SimpleNamespace(experiment="cp", train_dir="train_dir", env="CartPole", num_policies=1)
     text = end_of_run_text("train_dir/cp", solo, has_pbt=False, selfplay=False)
-    assert "python -m launch.report --experiment=cp\n" in text  # the default train_dir left out
+    assert "rl-pbt-report --experiment=cp\n" in text  # the default train_dir left out
     assert "--policy=0" in text
-    assert "launch.match" not in text and "lineage" not in text
+    assert "rl-pbt-match" not in text and "lineage" not in text
+    assert "stopped" not in text
+
+    failed = end_of_run_text("train_dir/cp", solo, has_pbt=False, selfplay=False, status=1)
+    assert failed.startswith("The run stopped before its end (exit status 1;")
+    assert "The same command resumes it" in failed and "Results in" not in failed
+    assert "rl-pbt-report --experiment=cp\n" in failed  # what it saved can still be looked at
 
 
 def test_end_of_run_text_quotes_paths_with_spaces():
@@ -354,5 +360,5 @@ def test_end_of_run_text_for_an_env_of_the_users_own_script():
         "'--policy=0'])" in text
     )
     assert "from launch import match; match.main(['--experiment=my run'" in text
-    assert "python -m launch.enjoy" not in text and "--env=my_env" not in text
-    assert "python -m launch.report --experiment='my run' --train_dir=runs" in text
+    assert "rl-pbt-enjoy" not in text and "--env=my_env" not in text
+    assert "rl-pbt-report --experiment='my run' --train_dir=runs" in text

@@ -1,0 +1,44 @@
+"""A resume that changes a learning flag: without PBT every policy trains with the new value
+from the resume on (it kept its checkpoint's before, while config.json claimed the new one);
+with PBT each member keeps PBT's value; both are said at the start."""
+
+from rl_pbt import parse_cfg, train
+from rl_pbt.learning.checkpoints import latest_checkpoint, read_checkpoint
+
+BASE = ["--env=CartPole-v1", "--serial_mode", "--num_workers=1", "--num_envs_per_worker=4",
+        "--rollout=16", "--batch_size=64", "--encoder_mlp_layers", "16", "--seed=3"]  # fmt: skip
+
+
+def _lr(tmp_path, exp, policy=0):
+    state = read_checkpoint(latest_checkpoint(str(tmp_path / exp / f"checkpoint_p{policy}")))
+    return state["hparams"]["learning_rate"], state["env_steps"]
+
+
+def test_a_changed_learning_rate_applies_at_the_resume_and_is_said(tmp_path, capsys):
+    run = BASE + [f"--train_dir={tmp_path}", "--experiment=lr"]
+    assert train(parse_cfg(run + ["--learning_rate=1e-4", "--train_for_env_steps=2000"])) == 0
+    lr, steps = _lr(tmp_path, "lr")
+    assert lr == 1e-4 and steps >= 2000
+    capsys.readouterr()
+    assert train(parse_cfg(run + ["--learning_rate=1e-2", "--train_for_env_steps=4000"])) == 0
+    out = capsys.readouterr().out
+    assert "--learning_rate=0.01 (the run had 0.0001)" in out
+    assert "every policy trains with the new learning_rate=0.01 from here on" in out
+    lr, steps = _lr(tmp_path, "lr")
+    assert lr == 1e-2 and steps >= 4000
+
+
+def test_a_pbt_run_keeps_each_members_value_and_says_so(tmp_path, capsys):
+    run = BASE + ["--num_policies=2", "--with_pbt", f"--train_dir={tmp_path}", "--experiment=p"]
+    assert train(parse_cfg(run + ["--learning_rate=1e-4", "--train_for_env_steps=2000"])) == 0
+    capsys.readouterr()
+    assert train(parse_cfg(run + ["--learning_rate=1e-2", "--train_for_env_steps=3000"])) == 0
+    out = capsys.readouterr().out
+    assert "--learning_rate: each member keeps the value its checkpoint holds (PBT's)" in out
+    assert [_lr(tmp_path, "p", p)[0] for p in (0, 1)] == [1e-4, 1e-4]
+    # and without --with_pbt: PBT stops, said so, the values stay
+    plain = [a for a in run if a != "--with_pbt"] + ["--train_for_env_steps=4000"]
+    assert train(parse_cfg(plain + ["--learning_rate=1e-4"])) == 0
+    out = capsys.readouterr().out
+    assert "the run trained with --with_pbt and this resume has none: PBT stops" in out
+    assert [_lr(tmp_path, "p", p)[0] for p in (0, 1)] == [1e-4, 1e-4]
