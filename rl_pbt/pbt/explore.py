@@ -37,11 +37,12 @@ class ExploreSettings:
 
 
 def _finish_numeric(spec: ParamSpec, old: Any, new: float) -> Any:
-    """Round ints, clip into the bounds, keep the sign of a reward weight when bounds allow."""
-    if spec.keep_sign and old != 0 and (new == 0 or (new > 0) != (old > 0)):
-        new = old  # cannot happen for multiplicative moves; a guard for resampled values
+    """Round ints, clip into the bounds, keep the sign of a reward weight when bounds allow
+    (after the rounding: an int weight of 1 divided by 2 would round to 0 and stay there)."""
     if spec.kind == "int":
         new = int(round(new))
+    if spec.keep_sign and old != 0 and (new == 0 or (new > 0) != (old > 0)):
+        new = old  # a move across zero (or onto it) keeps the old value
     new = spec.clip(new)
     return int(new) if spec.kind == "int" else float(new)
 

@@ -25,7 +25,7 @@ from rl_pbt.logging.files import (
     policy_shaping_path,
     read_json,
 )
-from rl_pbt.pbt.exploit import MIN_EPISODES_TO_RANK, ExploitSettings, choose_source
+from rl_pbt.pbt.exploit import MIN_EPISODES_TO_RANK, ExploitSettings, choose_source, tie_order
 from rl_pbt.pbt.explore import ExploreSettings, explore, resample_value
 from rl_pbt.pbt.lineage import append_event, lineage_path, make_event, read_events
 from rl_pbt.pbt.search_space import (
@@ -447,6 +447,8 @@ class PBTManager:
             and (self.budget is None or steps[p] < self.budget)
             # not judged before it has played enough: it waits, its period not spent
             and (self.elo or len(self._windows[p]) >= self.exploit_settings.min_episodes)
+            # its last copy has not landed: judged once it plays with the copied weights
+            and p not in copying
         ]
         if not due:
             return []
@@ -456,8 +458,15 @@ class PBTManager:
             self._events = []
             decisions = []
             replaced = set(copying)  # their new weights do not exist yet: no source
+            # one ranking for the whole step, as the step began: members replaced earlier in
+            # it keep their places (else the ranking shrinks as the step goes on, and members
+            # from the middle, even the top, fall into the bottom and copy too)
+            table = self._table(ratings)
+            for q in copying:  # in flight: no record of the weights they will have
+                table[q] = []
+            ties = tie_order(self.num_policies, self.rng)
             for p in due:
-                decision = self._update_policy(p, steps, ratings, replaced)
+                decision = self._update_policy(p, steps, table, ties, replaced)
                 self.last_update[p] = steps[p]
                 if decision is not None:
                     decisions.append(decision)
@@ -480,20 +489,19 @@ class PBTManager:
         self,
         p: int,
         all_steps: list[int],
-        ratings: Optional[list[float]],
+        table: dict[int, list[float]],
+        ties: dict[int, int],
         replaced: Collection[int] = (),
     ) -> Optional[PBTDecision]:
+        """Member p's decision in a step ranked on `table` with `ties`. `replaced`: members
+        replaced earlier in this step (or whose copy is in flight): their learners have not
+        imported the copied weights yet, so an export from one now would hand over the old
+        ones: no source."""
         steps = all_steps[p]
         if p == 0 and not self.mutate_reference:
             return None  # the reference policy keeps its values and weights
-        table = self._table(ratings)
-        for q in replaced:
-            # Replaced earlier in this update: its learner has not imported the copied weights
-            # yet, so an export from it now would hand over the old ones. Like a cleared
-            # window (the non-Elo case), it has no record until it plays with them.
-            table[q] = []
         means = {q: (float(np.mean(v)) if v else None) for q, v in table.items()}
-        result = choose_source(p, table, self.exploit_settings, self.rng)
+        result = choose_source(p, table, self.exploit_settings, self.rng, replaced, ties)
         src = result.source
 
         old = self._values(p)

@@ -122,6 +122,19 @@ def test_reward_weights_keep_their_sign(start):
     assert all(v != 0 and (v > 0) == (start > 0) for v in values)
 
 
+def test_an_int_reward_weight_never_rounds_to_zero():
+    """1 divided by 2 or more rounded to 0, where a multiplicative move keeps it forever."""
+    spec = ParamSpec("rew.kill", "int", -5, 5, keep_sign=True)
+    rng = np.random.default_rng(0)
+    halving = ExploreSettings(1.0, 2.0, 3.0, 0.0)
+    for start in (1, -1, 2):
+        reached = {perturb_value(spec, start, rng, halving)[0] for _ in range(200)}
+        assert 0 not in reached and all((v > 0) == (start > 0) for v in reached), reached
+    wide = ParamSpec("rew.kill", "int", keep_sign=True)
+    jumps = {resample_value(wide, 1, rng, ExploreSettings())[0] for _ in range(300)}
+    assert jumps and min(jumps) >= 1, jumps
+
+
 def test_bounded_reward_weight_resamples_on_its_side():
     spec = ParamSpec("rew.x", "float", -1.0, 1.0, keep_sign=True)
     values = walk(spec, 0.3, ExploreSettings(1.0, 1.1, 1.5, 1.0), n=2000)

@@ -507,3 +507,52 @@ def test_tied_members_take_turns_at_the_top(tmp_path):
         for _ in range(10):
             mgr.record_episode(p, 0.5)
     assert {d.policy_id for d in mgr.update([40_000] * 8)} == set(range(1, 8))
+
+
+def test_one_step_ranks_the_population_once(tmp_path):
+    """The worst members have the lowest ids: each one replaced must not shrink the ranking
+    the next ones see (it did: 7 of 8 members copied in one step where k = 3)."""
+    mgr = make(tmp_path, n=8, pbt_start_mutation=0)
+    feed(mgr, [0.9, 0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7])
+    decisions = mgr.update([1000] * 8)
+    copies = {d.policy_id: d.source_id for d in decisions if d.source_id is not None}
+    assert sorted(copies) == [1, 2, 3]  # the bottom 3 of 8 (ceil(0.3 * 8))
+    assert set(copies.values()) <= {0, 6, 7}  # from the top 3
+    # with Elo ratings alike
+    elo = make(tmp_path / "elo", n=8, pbt_start_mutation=0, pbt_target_objective="elo")
+    ratings = [1600.0, 1000.0, 1050.0, 1100.0, 1150.0, 1200.0, 1250.0, 1300.0]
+    decisions = elo.update([1000] * 8, ratings=ratings)
+    assert sorted(d.policy_id for d in decisions if d.source_id is not None) == [1, 2, 3]
+
+
+def test_ties_are_ordered_once_per_step(tmp_path):
+    """Four members at 0.50 and four at 0.49, too close to copy: every step leaves exactly
+    k = 3 members alone as top (with an order drawn per member, 1 to 4 of them)."""
+    for seed in range(40):
+        mgr = make(tmp_path / str(seed), n=8, seed=seed, pbt_start_mutation=0,
+                   pbt_mutation_rate=1.0, pbt_mutate_reference_policy=True)  # fmt: skip
+        for p, value in enumerate([0.5, 0.49] * 4):
+            for _ in range(10):
+                mgr.record_episode(p, value)
+        decisions = mgr.update([1000] * 8)
+        assert all(d.source_id is None for d in decisions)
+        assert len(decisions) == 8 - 3, seed  # every member but the top 3 explores
+
+
+def test_a_member_whose_copy_has_not_landed_is_not_due(tmp_path):
+    """Its copy's values are still on their way to its learner: a newer decision sent now
+    would land first and be overwritten by them."""
+    mgr = make(tmp_path, n=4, pbt_target_objective="elo", pbt_exploit="tournament",
+               pbt_start_mutation=0, pbt_period_env_steps=100, pbt_mutation_rate=1.0)  # fmt: skip
+    ratings = [1300.0, 1400.0, 1250.0, 1100.0]
+    copying: set = set()
+    for seed_step in range(1, 40):
+        decisions = mgr.update([100 * seed_step] * 4, ratings=ratings, copying=copying)
+        assert not {d.policy_id for d in decisions} & copying
+        copying = {d.policy_id for d in decisions if d.source_id is not None}
+        if copying:
+            later = mgr.update([100 * seed_step + 100] * 4, ratings=ratings, copying=copying)
+            assert not {d.policy_id for d in later} & copying
+            assert all(mgr.last_update[p] == 100 * seed_step for p in copying)  # not spent
+            return
+    pytest.fail("no copy in 39 steps")
