@@ -172,6 +172,7 @@ class PopulationDriver:
         # every group's rated games in one table, global ids ('elo' ranks the population on it)
         self.elo = EloRatings.from_dict(read_json(self._elo_path(), {}))
         self.sent = {"files": 0, "bytes": 0}  # checkpoints sent from here to starting groups
+        self.in_flight: dict[int, set[int]] = {}  # group -> members whose copy has not landed
 
     def _make_pbt(self):
         from rl_pbt.config.policy_values import load_policy_values
@@ -361,6 +362,7 @@ class PopulationDriver:
 
     def _take_one(self, g: int, poll: dict, final: bool = False) -> None:
         ids = self.groups[g]
+        self.in_flight[g] = {ids[m] for m in poll.get("copying", [])}
         restarted = self.started_at.get(g) not in (None, poll["started_at"])
         if restarted:
             log(f"node group {g} was restarted by Ray: its members resume from checkpoints")
@@ -541,7 +543,8 @@ class PopulationDriver:
         ratings = None
         if self.rank_on == "elo":
             ratings = [self.elo.rating(gid) for gid in range(self.cfg.num_policies)]
-        for d in self.pbt.update(list(self.env_steps), ratings=ratings):
+        copying = set().union(*self.in_flight.values())  # copies in a group not landed yet
+        for d in self.pbt.update(list(self.env_steps), ratings=ratings, copying=copying):
             target = self.member[d.policy_id]
             actor = self.actors[target.group]
             if d.source_id is not None:  # the copy starts from the source's rating

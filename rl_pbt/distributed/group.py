@@ -151,6 +151,8 @@ class NodeGroup:
             "copy_latencies": records.copy_latencies,
             "snapshots": records.snapshots,
             "matches": records.matches,
+            # members whose PBT copy (in this group) has not landed: no source for PBT yet
+            "copying": sorted(int(p) for p in r.copying) if r is not None else [],
             "finished": self.status is not None,
             "status": self.status,
             "error": self.error,

@@ -452,8 +452,12 @@ class PBTManager:
         ]
         if not due:
             return []
-        # all or nothing: a step that fails half way (a full disk) leaves the state it found
+        # all or nothing: a step that fails half way (a full disk) leaves the state it found,
+        # in memory and on disk
         memory = self._memory()
+        lineage_size = (
+            os.path.getsize(self.lineage_path) if os.path.isfile(self.lineage_path) else 0
+        )
         try:
             self._events = []
             decisions = []
@@ -475,10 +479,25 @@ class PBTManager:
             self._commit(self._events)
         except BaseException:
             self._recall(memory)
+            self._undo_files(lineage_size)
             raise
         finally:
             self._events = []
         return decisions
+
+    def _undo_files(self, lineage_size: int) -> None:
+        """After a failed step: the lineage cut back to its size before the step, the policy
+        files rewritten with the recalled values (a resume would mend them too, but a step
+        tried again must not find the failed one's lines)."""
+        try:
+            if (
+                os.path.isfile(self.lineage_path)
+                and os.path.getsize(self.lineage_path) > lineage_size
+            ):
+                os.truncate(self.lineage_path, lineage_size)
+            self._write_policy_files(range(self.num_policies))
+        except OSError as e:  # the disk that failed the step may fail this too
+            log.warning("after a failed PBT step, the files could not be set back: %s", e)
 
     def _table(self, ratings: Optional[list[float]]) -> dict[int, list[float]]:
         if self.elo:

@@ -46,6 +46,9 @@ class MatchResult:
     seats: list[Union[int, str]]  # the policy or snapshot in each agent seat
     teams: list[int]
     objectives: list[float]
+    # per seat, the version of the weights that began the game (-1: unknown): after a PBT
+    # copy, games begun on the replaced weights are not the copy's
+    versions: list[int] = field(default_factory=list)
 
 
 @dataclass

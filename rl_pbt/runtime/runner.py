@@ -93,7 +93,6 @@ from rl_pbt.runtime.messages import (
     STOP_NOW,
     STOPPING,
     ApplyPBT,
-    EpisodeStats,
     ExportDone,
     ExportState,
     LearnerEvent,
@@ -1198,7 +1197,9 @@ class Runner:
                         if self.pbt_on_episodes:
                             self.stats.warn_no_objective(ep.policy_id)
                         objective = ep.episode_return
-                    if self.pbt_on_episodes and self._counts_for_pbt(ep.policy_id, ep):
+                    if not self._counts_for_pbt(ep.policy_id, ep.policy_version):
+                        continue
+                    if self.pbt_on_episodes:
                         self.pbt.record_episode(ep.policy_id, objective)
                     if self.control is not None:  # ranked by the population's driver
                         self.control.record_episode(ep.policy_id, objective)
@@ -1206,19 +1207,27 @@ class Runner:
                     if any(is_snapshot(s) and s not in self.snapshot_row_of for s in match.seats):
                         continue  # played against a snapshot since evicted from the pool
                     matches = matches_from_episode(match.seats, match.teams, match.objectives)
+                    # a member's game begun on weights a PBT copy replaced (or while the copy
+                    # is on its way) rates neither the copy nor its opponents
+                    rated = all(
+                        self._counts_for_pbt(s, v)
+                        for s, v in zip(match.seats, match.versions or [-1] * len(match.seats))
+                        if isinstance(s, int)
+                    )
                     for team_a, team_b, score in matches:
-                        self.elo.record_match(team_a, team_b, score)
                         self.cross_play.record(team_a, team_b, score)
+                        if not rated:
+                            continue
+                        self.elo.record_match(team_a, team_b, score)
                         if self.control is not None:  # rated by the population's driver too
                             self.control.record_match(team_a, team_b, score)
-                    if self.pbt is not None and not self.pbt_on_episodes:
+                    if self.pbt is not None and not self.pbt_on_episodes and rated:
                         if self.scripted_seat is not None:
                             scores = scores_against_scripted(matches, self.scripted_seat)
                         else:
                             scores = scores_against_snapshots(matches)
                         for policy, score in scores:
-                            if self._counts_for_pbt(policy):
-                                self.pbt.record_episode(policy, score)
+                            self.pbt.record_episode(policy, score)
             elif isinstance(msg, LearnerReport):
                 self.env_steps[msg.policy_id] = msg.env_steps
                 self.versions[msg.policy_id] = msg.version
@@ -1257,15 +1266,16 @@ class Runner:
                     for reply in self.control.waiting_exports.pop(key, []):
                         reply.set(state)
 
-    def _counts_for_pbt(self, policy: int, ep: Optional[EpisodeStats] = None) -> bool:
-        """Whether a result of `policy` goes into its PBT record: not while a copy to it is
-        on its way, nor (after it) an episode that began on the weights it replaced."""
+    def _counts_for_pbt(self, policy: int, version: int = -1) -> bool:
+        """Whether a result of `policy` from an episode its weights of `version` began (-1:
+        unknown) goes into its PBT record and Elo rating: not while a copy to it is on its way,
+        nor (after it) an episode that began on the weights it replaced."""
         if policy in self.copying:
             return False
         fresh = self.copied_version.get(policy)
-        if fresh is None or ep is None or ep.policy_version < 0:
+        if fresh is None or version < 0:
             return True
-        return ep.policy_version >= fresh
+        return version >= fresh
 
     @staticmethod
     def _error_text(msg: LearnerEvent) -> str:

@@ -800,6 +800,7 @@ class RolloutWorker(ServerActing):
                 self.matches.append(
                     MatchResult(
                         seats=[self.seat[base + a] for a in range(n)],
+                        versions=[int(self.ep_version[base + a]) for a in range(n)],
                         teams=[int(infos[a].get("team", a)) for a in range(n)],
                         objectives=[
                             float(infos[a].get(key, infos[a].get("true_objective", 0.0)))

@@ -156,7 +156,7 @@ def test_pbt_counts_only_episodes_of_the_copied_weights(tmp_path):
     copied weights land, and then those begun on the replaced weights stay out too; the
     target's Elo rating follows the weights when they land. A member whose copy is on its
     way is no source for another."""
-    from rl_pbt.runtime.messages import EpisodeStats, WorkerReport
+    from rl_pbt.runtime.messages import EpisodeStats, MatchResult, WorkerReport
 
     cfg, runner, learners, host, worker = _serial_setup(
         tmp_path, "--with_pbt", "--pbt_start_mutation=0", "--pbt_period_env_steps=100000"
@@ -195,3 +195,14 @@ def test_pbt_counts_only_episodes_of_the_copied_weights(tmp_path):
     assert len(runner.pbt._windows[1]) == before
     report(landed, 0.75)
     assert list(runner.pbt._windows[1])[-1] == 0.75
+
+    # games: one begun on the replaced weights rates nobody; one of the copy does
+    def game(version):
+        won = MatchResult([1, 0], [0, 1], [1.0, 0.0], versions=[version, 7])
+        runner.report_queue.put(WorkerReport(0, [], [won], 10))
+        runner._consume_reports()
+
+    game(landed - 1)
+    assert (runner.elo.rating(1), runner.elo.rating(0)) == (1500.0, 1500.0)
+    game(landed)
+    assert runner.elo.rating(1) > 1500.0 > runner.elo.rating(0)

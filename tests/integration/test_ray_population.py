@@ -277,11 +277,13 @@ def test_the_driver_ranks_games_of_every_group_under_global_names(tmp_path):
             ([0], [1], 0.0),  # member 2 lost to member 3: live against live, not ranked
             ([0], ["snap:m1@900"], 0.5),  # member 2 drew with group 0's snapshot of member 1
         ],
+        "copying": [1],  # member 3's copy in its group has not landed
         "finished": False,
         "status": None,
         "error": None,
     }
     driver._take_one(1, poll)
+    assert driver.in_flight == {1: {3}}  # no source for the driver's next PBT step
     assert driver.pbt.objectives() == {0: None, 1: None, 2: 0.5, 3: 1.0}
     assert sorted(map(str, driver.elo.keys())) == ["2", "3", "snap:m1@900", "snap:m2@500"]
     assert driver.elo.games(3) == 2 and driver.elo.games(2) == 2

@@ -428,6 +428,8 @@ def test_a_step_that_fails_to_save_leaves_the_state_it_found(tmp_path, monkeypat
     def full_disk():
         raise OSError(28, "No space left on device")
 
+    lineage_before = open(lineage_path(str(tmp_path))).read()
+    files_before = [read_json(policy_cfg_path(str(tmp_path), p)) for p in range(N)]
     monkeypatch.setattr(mgr, "save", full_disk)
     with pytest.raises(OSError):
         mgr.update([3000] * N)
@@ -439,8 +441,15 @@ def test_a_step_that_fails_to_save_leaves_the_state_it_found(tmp_path, monkeypat
         mgr.rng.bit_generator.state,
     )
     assert after == before
+    # on disk too: the failed step's lineage lines and policy files are gone
+    assert open(lineage_path(str(tmp_path))).read() == lineage_before
+    assert [read_json(policy_cfg_path(str(tmp_path), p)) for p in range(N)] == files_before
     monkeypatch.undo()
-    assert mgr.update([3000] * N)  # the step is taken once the disk has room
+    decisions = mgr.update([3000] * N)  # the step is taken once the disk has room
+    assert decisions
+    events = read_events(lineage_path(str(tmp_path)))
+    assert len(events) == mgr.lineage_events  # the file holds what the state accounts for
+    assert {e["policy"] for e in events[-len(decisions) :]} == {d.policy_id for d in decisions}
 
 
 def test_a_rebuilt_state_waits_for_real_step_counts(tmp_path):
