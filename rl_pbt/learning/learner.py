@@ -446,7 +446,7 @@ class Learner:
             [
                 own.sum().float(),
                 mask.sum().float(),
-                torch.where(own, lag, 0).sum().float(),
+                torch.where(mask, lag, 0).sum().float(),  # over what is trained on
                 torch.where(mask, returns, zero).sum().float(),
                 torch.isfinite(torch.where(mask, rewards, zero)).all().float(),
                 sums_finite(self._live_state(steps=False)).float(),
@@ -527,7 +527,9 @@ class Learner:
             self.copy_timing = (self.copied_at, self.fresh_at or now, now)
             self.copied_at = self.fresh_at = None
         self.stats = values
-        self.stats["policy_lag"] = lag_sum / own if own else 0.0
+        # samples too old to train on (all of a batch sampled before a PBT copy, whose version
+        # jump puts it past --max_policy_lag) show in masked_fraction, not in the lag
+        self.stats["policy_lag"] = lag_sum / trainable if trainable else 0.0
         self.stats["masked_fraction"] = 1.0 - trainable / max(own, 1.0)
         self.stats["learning_rate"] = self.optimizer.param_groups[0]["lr"]  # annealed
         self.stats["value_target_mean"] = target_sum / trainable if trainable else 0.0

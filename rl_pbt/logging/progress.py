@@ -271,12 +271,19 @@ def pbt_line(
     last_age_s: Optional[float] = None,
     start_steps: Optional[int] = None,
     width: int = LINE_WIDTH,
+    past_start: bool = False,
 ) -> str:
-    """The PBT line of a status block: this period's digest, else when the last event was."""
+    """The PBT line of a status block: this period's digest, else when the last event was,
+    else why there was none yet (`past_start`: every member is past --pbt_start_mutation)."""
     if events:
         return pbt_digest(events, width)
     if last_event is not None:
         return f"PBT: no events this period (last: {last_event}, {fmt_duration(last_age_s)} ago)"
+    if past_start:
+        return (
+            "PBT: no events yet (a member is judged once its record holds 5 results and "
+            "a --pbt_period_env_steps has passed)"
+        )
     if start_steps:
         return f"PBT: no events yet (starts once every policy passes {fmt_num(start_steps)} steps)"
     return "PBT: no events yet"
@@ -323,6 +330,7 @@ def end_of_run_text(
     best_policy: Optional[int] = None,
     own_env: bool = False,
     status: int = 0,
+    interrupted: bool = False,
 ) -> str:
     """Where the results of a finished run are and the commands to look at them. `own_env`:
     the env was registered by the user's code, which a new process knows nothing of: the
@@ -368,7 +376,12 @@ def end_of_run_text(
         )
     )
     lines = [f"Results in {exp_dir} ({files}). Next:"]
-    if status:
+    if status and interrupted:
+        lines = [
+            f"The run was stopped (Ctrl-C or SIGTERM) with what it learned saved in {exp_dir} "
+            f"({files}); the same command resumes it. To look at it:"
+        ]
+    elif status:
         lines = [
             f"The run stopped before its end (exit status {status}; the messages above say "
             "why). The same command resumes it from its checkpoints, once the cause is "

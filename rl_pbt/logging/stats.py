@@ -73,6 +73,8 @@ class PopulationStats:
         self.fps_window.append((time.time(), 0))
         self.last_status = 0.0
         self.last_summary = 0.0
+        self.last_written: list[int] = []  # env steps of the last row of scalars
+        self.resumed = False  # set by the runner: see maybe_write_summaries
         self.warned_no_objective: set[int] = set()
         self.writers: dict[int, Any] = {}
         self.fps_history: list[float] = []
@@ -194,7 +196,10 @@ class PopulationStats:
         if self.pbt_last is not None:
             last, age = self.pbt_last[0], now - self.pbt_last[1]
         start = getattr(cfg, "pbt_start_mutation", None) if with_pbt else None
-        return progress.pbt_line(self.pbt_pending, last, age, start, width=progress.LINE_WIDTH - 2)
+        past = with_pbt and bool(self.env_steps) and min(self.env_steps) >= (start or 0)
+        return progress.pbt_line(
+            self.pbt_pending, last, age, start, width=progress.LINE_WIDTH - 2, past_start=past
+        )
 
     def status_line(
         self, env_steps: list[int], versions: list[int], elapsed: float, force: bool = False
@@ -269,12 +274,23 @@ class PopulationStats:
         return out
 
     def maybe_write_summaries(self, env_steps: list[int], pbt=None, force: bool = False) -> None:
+        """A row of scalars per policy every --experiment_summaries_interval seconds, when
+        something trained since the last row; `force` (the end of a run): now. A resumed run
+        writes no row for a policy before its learner has reported its restored count (a row
+        at 0 env steps would put the resumed values at the start of the curves)."""
         now = time.time()
+        steps = [int(s) for s in env_steps]
+        if steps == self.last_written:  # nothing trained since the last row
+            return
         if not force and now - self.last_summary < self.cfg.experiment_summaries_interval:
             return
+        policies = [p for p in range(self.n) if steps[p] > 0 or not self.resumed]
+        if not policies:
+            return
         self.last_summary = now
+        self.last_written = steps
         fps = self.fps()
-        rows = {p: (int(env_steps[p]), self.scalars(p, fps, pbt)) for p in range(self.n)}
+        rows = {p: (steps[p], self.scalars(p, fps, pbt)) for p in policies}
         for p, (step, scalars) in rows.items():
             w = self._writer(p)
             for tag, value in scalars.items():
@@ -283,8 +299,33 @@ class PopulationStats:
         if self.wandb is not None:
             self.wandb.log_scalars(rows)
 
+    def restore(self, summary: dict) -> None:
+        """A resumed run goes on from the summary.json of the runs before it: frames and
+        episodes add up, and the recent episodes stay recent until new ones push them out
+        (else a re-run with nothing left to train wrote a summary of no episodes)."""
+        self.resumed = True
+        try:
+            self.frames_total += int(summary.get("frames") or 0)
+            for p, entry in (summary.get("policies") or {}).items():
+                p = int(p)
+                if not 0 <= p < self.n or not isinstance(entry, dict):
+                    continue
+                self.episodes_total[p] += int(entry.get("episodes") or 0)
+                for key, target in (("recent_returns", self.returns),
+                                    ("recent_lengths", self.lengths),
+                                    ("recent_objectives", self.objectives)):  # fmt: skip
+                    target[p].extend(float(v) for v in entry.get(key) or [])
+            self.fps_window = collections.deque([(time.time(), self.frames_total)], maxlen=64)
+            # the last row of the run before: a re-run with nothing to train adds none
+            steps = [summary["policies"].get(str(p), {}).get("env_steps") for p in range(self.n)]
+            if all(isinstance(s, int) for s in steps):
+                self.last_written = steps
+        except (TypeError, ValueError, AttributeError):
+            pass  # a summary.json of another shape: this run's own figures only
+
     def summary(self, env_steps: list[int]) -> dict:
-        """Final figures of the run (written to summary.json by the runner)."""
+        """Final figures of the run (written to summary.json by the runner), the runs it
+        resumed included (see `restore`)."""
         policies = {}
         for p in range(self.n):
             policies[str(p)] = {
@@ -294,6 +335,8 @@ class PopulationStats:
                 "mean_length": self.mean(self.lengths[p]),
                 "mean_objective": self.mean(self.objectives[p]),
                 "recent_returns": list(self.returns[p]),
+                "recent_lengths": list(self.lengths[p]),
+                "recent_objectives": list(self.objectives[p]),
             }
         steady = self.fps_history[len(self.fps_history) // 2 :]
         self.env_steps = list(env_steps)

@@ -470,6 +470,14 @@ class Runner:
         self.stop_flag = torch.zeros(1, dtype=torch.int32).share_memory_()
 
         self.stats = PopulationStats(cfg, self.exp_dir, self.num_policies)
+        if self.resuming:
+            self.stats.resumed = True
+            try:
+                before = read_json(os.path.join(self.exp_dir, "summary.json"), None)
+            except (OSError, ValueError):  # damaged: this run's own figures only
+                before = None
+            if isinstance(before, dict):
+                self.stats.restore(before)
         self.env_steps = [0] * cfg.num_policies
         self.versions = [0] * cfg.num_policies
         self.pbt = self._make_pbt()
@@ -515,6 +523,7 @@ class Runner:
         # trajectory from the copied weights, to the first update on it
         self.copy_latencies: list[tuple[float, float, float]] = []
         self.start_time = time.time()
+        self.interrupted = False  # stopped by Ctrl-C or SIGTERM (the footer says so)
         # a node group of a population on several machines: its PBT is decided outside
         self.control: Optional[GroupControl] = None
         # last: a run stopped by an error above leaves the config of the run it resumes alone
@@ -704,6 +713,14 @@ class Runner:
                     f"--pbt_start_mutation={cfg.pbt_start_mutation} and has trained "
                     f"--pbt_period_env_steps={cfg.pbt_period_env_steps} (set them lower)"
                 )
+            every = cfg.selfplay_snapshot_every_env_steps
+            if cfg.pbt_target_objective == "vs_snapshots" and every >= cfg.train_for_env_steps:
+                log(
+                    "WARNING: --pbt_target_objective=vs_snapshots ranks members on games "
+                    "against frozen snapshots, and none is taken before the end: "
+                    f"--selfplay_snapshot_every_env_steps={every} is not below "
+                    f"--train_for_env_steps={cfg.train_for_env_steps} (set it lower)"
+                )
         self.run_lock.acquire()
         # the stop sets its own handlers: a caller's (a script training twice) come back after
         previous = {sig: signal.getsignal(sig) for sig in (signal.SIGINT, signal.SIGTERM)}
@@ -728,11 +745,12 @@ class Runner:
             end_of_run_text(
                 self.exp_dir,
                 cfg,
-                has_pbt=self.pbt is not None,
+                has_pbt=bool(cfg.with_pbt),  # a replay has a schedule, but no lineage of its own
                 selfplay=self.num_agents > 1,
                 best_policy=self.stats.best_policy(),
                 own_env=self._own_env(),
                 status=status,
+                interrupted=self.interrupted,
             ),
             flush=True,
         )
@@ -829,6 +847,7 @@ class Runner:
                         break
         except KeyboardInterrupt:
             log("interrupted: saving checkpoints")
+            self.interrupted = True
             status = 1
         except EnvContractError as e:  # the env's fault: one line naming it
             log(f"ERROR: {e}")
@@ -838,6 +857,7 @@ class Runner:
             status = 1
         if stop.requested and status == 0:
             status = 1  # stopped by a signal, as a parallel run reports it
+            self.interrupted = True
         exact = turn_ended and self._settle_turn(host, workers)
         try:
             host.handle(Stop(save=True))
@@ -963,6 +983,7 @@ class Runner:
             status = 1
         except KeyboardInterrupt:
             log("interrupted: saving checkpoints")
+            self.interrupted = True
             status = 1
         except Exception:  # a bug in the main process: still stop the others and save
             log(f"ERROR in the main process:\n{traceback.format_exc()}")
@@ -1431,6 +1452,11 @@ class Runner:
             _try_write("pbt/state.json", self.pbt.save)
         _try_write("the Elo ratings", self._save_elo)
         _try_write("summary.json", self._write_summary)
+        # the curves' last point: the run's final step counts (not the last timed row's)
+        _try_write(
+            "the last scalars",
+            lambda: self.stats.maybe_write_summaries(self.env_steps, self.pbt, force=True),
+        )
 
     def _write_summary(self) -> None:
         summary = self.stats.summary(self.env_steps)

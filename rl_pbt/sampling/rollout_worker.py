@@ -939,8 +939,11 @@ class RolloutWorker(ServerActing):
             self.learner_queues[policy].put(Trajectories(int(policy), slots))
 
     def _maybe_report(self, force: bool = False) -> None:
+        """Episodes, games and steps to the runner every half second; in serial mode after
+        every step, so that PBT sees each episode at the same point of a seeded run (on the
+        clock, a repeat of the run ranked other windows and decided otherwise)."""
         now = time.monotonic()
-        if force or now - self.last_report > 0.5:
+        if force or self.cfg.serial_mode or now - self.last_report > 0.5:
             self.report_queue.put(
                 WorkerReport(self.idx, self.episodes, self.matches, self.steps_since_report)
             )

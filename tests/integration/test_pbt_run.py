@@ -5,6 +5,7 @@ import json
 import os
 
 import pytest
+import torch
 
 from launch import replay
 from rl_pbt import parse_cfg, register_env, train
@@ -131,3 +132,26 @@ def test_a_budget_too_short_for_pbt_says_so_at_the_start(tmp_path, capsys):
     fits = ["--pbt_start_mutation=500", "--pbt_period_env_steps=500", "--experiment=fits"]
     assert train(parse_cfg(common + fits)) == 0
     assert "no PBT step fits" not in capsys.readouterr().out
+
+
+def test_a_seeded_serial_pbt_run_repeats(tmp_path):
+    """The README's promise for serial runs holds with PBT too: the workers report after
+    every step in serial mode, so each PBT step ranks the same episodes (reported on the
+    clock, repeats of such a run decided differently)."""
+    flags = ["--env=CartPole-v1", "--serial_mode", "--num_workers=2", "--seed=11",
+             "--with_pbt", "--num_policies=2", "--pbt_start_mutation=1000",
+             "--pbt_period_env_steps=1000", "--pbt_mutate_reference_policy",
+             "--train_for_env_steps=6000", f"--train_dir={tmp_path}"]  # fmt: skip
+    for run in ("a", "b"):
+        assert train(parse_cfg(flags + [f"--experiment={run}"])) == 0
+
+    def lineage(run):
+        events = read_events(os.path.join(tmp_path, run, "pbt", "lineage.jsonl"))
+        return [{k: v for k, v in e.items() if k != "time"} for e in events]
+
+    assert len(lineage("a")) > 2 and lineage("a") == lineage("b")  # init + PBT decisions
+    for p in (0, 1):
+        a, b = (read_checkpoint(latest_checkpoint(str(tmp_path / r / f"checkpoint_p{p}")))
+                for r in ("a", "b"))  # fmt: skip
+        assert a["env_steps"] == b["env_steps"] and a["hparams"] == b["hparams"]
+        assert all(torch.equal(a["model"][k], b["model"][k]) for k in a["model"])

@@ -189,7 +189,9 @@ def test_stats_and_env_steps(tmp_path):
     lag = -b.policy_version[idx]
     assert learner.train_if_ready()
     assert learner.env_steps == 2 * int(own.sum())
-    assert learner.stats["policy_lag"] == pytest.approx(float(lag[own].float().mean()))
+    # the lag of what is trained on: samples past --max_policy_lag are in masked_fraction
+    assert learner.stats["policy_lag"] == pytest.approx(float(lag[trainable].float().mean()))
+    assert float(lag[own].float().mean()) > learner.stats["policy_lag"]  # some were too old
     masked = 1 - float(trainable.sum()) / float(own.sum())
     assert learner.stats["masked_fraction"] == pytest.approx(masked)
     for key in ("policy_loss", "value_loss", "entropy", "grad_norm", "clip_fraction", "kl"):

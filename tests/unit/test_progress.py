@@ -220,6 +220,9 @@ def test_pbt_digest_of_many_events_fits_one_line():
 def test_pbt_line_between_events():
     assert pbt_line([], "p2<-p5", 41.0) == "PBT: no events this period (last: p2<-p5, 41s ago)"
     assert "200k" in pbt_line([], start_steps=200_000)
+    # every member past the start: the line no longer says PBT waits for it
+    past = pbt_line([], start_steps=200_000, past_start=True)
+    assert "200k" not in past and "holds 5 results" in past
 
 
 def test_status_line_prints_one_pbt_line_per_period(capsys, tmp_path):
@@ -289,6 +292,41 @@ def test_scalars_jsonl_gets_exactly_the_tensorboard_tags(tmp_path):
     assert rows[1]["scalars"]["episode/reward"] == -3.0
 
 
+def test_a_resumed_run_adds_to_the_summary_of_the_runs_before(tmp_path):
+    """A re-run with nothing left to train wrote a summary of 0 episodes and no returns; a
+    resume counted only its own episodes and frames. Rows of nothing new are not written."""
+    exp_dir = str(tmp_path / "exp")
+    first = scalar_stats(exp_dir, {})
+    for r in (1.0, 3.0):
+        first.add_episode(EpisodeStats(0, r, 10, 0.5))
+    first.add_sampling(500)
+    first.maybe_write_summaries([400, 400], force=True)
+    before = first.summary([400, 400])
+    first.close()
+
+    idle = scalar_stats(exp_dir, {})  # resumed with nothing left to train
+    idle.restore(before)
+    idle.maybe_write_summaries([0, 0], force=True)  # learners not reported yet: no row
+    idle.maybe_write_summaries([400, 400], force=True)  # nothing trained since: no row
+    again = idle.summary([400, 400])
+    idle.close()
+    assert again["policies"]["0"] == before["policies"]["0"]
+    assert again["frames"] == 500 and again["best_policy"] == before["best_policy"]
+
+    more = scalar_stats(exp_dir, {})
+    more.restore(again)
+    more.add_episode(EpisodeStats(0, 5.0, 20, 1.0))
+    more.add_sampling(100)
+    more.maybe_write_summaries([600, 400], force=True)
+    last = more.summary([600, 400])
+    more.close()
+    p0 = last["policies"]["0"]
+    assert p0["episodes"] == 3 and p0["recent_returns"] == [1.0, 3.0, 5.0]
+    assert p0["mean_length"] == pytest.approx(40 / 3) and last["frames"] == 600
+    rows = [json.loads(line) for line in open(scalars_path(exp_dir))]
+    assert [(r["policy"], r["env_steps"]) for r in rows] == [(0, 400), (1, 400), (0, 600), (1, 400)]
+
+
 def test_scalars_jsonl_is_appended_by_a_resumed_run(tmp_path):
     exp_dir = str(tmp_path / "exp")
     for run in range(2):
@@ -340,6 +378,11 @@ def test_end_of_run_text_names_the_next_commands():
     assert failed.startswith("The run stopped before its end (exit status 1;")
     assert "The same command resumes it" in failed and "Results in" not in failed
     assert "rl-pbt-report --experiment=cp\n" in failed  # what it saved can still be looked at
+    stopped = end_of_run_text(
+        "train_dir/cp", solo, has_pbt=False, selfplay=False, status=1, interrupted=True
+    )
+    assert stopped.startswith("The run was stopped (Ctrl-C or SIGTERM)")
+    assert "the same command resumes it" in stopped and "cause" not in stopped
 
 
 def test_end_of_run_text_quotes_paths_with_spaces():
