@@ -35,14 +35,20 @@ def test_parallel_two_policies_learn(tmp_path):
     resumed = parse_cfg(
         FLAGS
         + ["--num_workers=2", "--num_policies=2", f"--train_dir={tmp_path}", "--experiment=cp2"]
-        + [f"--train_for_env_steps={more}", "--stats_avg=100"]
+        + [f"--train_for_env_steps={more}", "--stats_avg=200"]
         + ["--decorrelate_envs_on_one_worker=False"]  # every first episode counts
     )
+    with open(os.path.join(tmp_path, "cp2", "summary.json")) as f:
+        before = json.load(f)["policies"]
     assert train(resumed) == 0
     with open(os.path.join(tmp_path, "cp2", "summary.json")) as f:
         policies = json.load(f)["policies"]
     for p, s in policies.items():
-        first = s["recent_returns"][:20]
+        # the summary goes on from the first run's: its recent episodes come first
+        k = len(before[p]["recent_returns"])
+        assert s["recent_returns"][:k] == before[p]["recent_returns"]
+        assert s["episodes"] - before[p]["episodes"] + k <= 200  # none pushed out
+        first = s["recent_returns"][k : k + 20]
         assert len(first) == 20, (p, len(first))
         assert sum(first) / 20 >= 150, f"policy {p}: first 20 episodes after resume {first}"
 
