@@ -399,6 +399,8 @@ def selfplay_sections(run: RunData, figures) -> list[Section]:
             figures.elo_curves_figure(curves_for(run.timelines, tag), tag)
         )
         sec.caption = f"{tag} per member over env steps"
+        if "elo.json" in run.problems:  # the curves do not need it, but say it is damaged
+            sec.notes.append(f"{run.problems['elo.json']}: the curves come from the scalar log")
     elif entries:
         sec.image = figures.png_bytes(figures.elo_bars_figure(entries, members + 1))
         sec.caption = "ratings saved in elo.json (the run keeps only the latest ratings)"
