@@ -56,6 +56,10 @@ def _use_bold() -> bool:
     return tty and "NO_COLOR" not in os.environ and os.environ.get("TERM", "") != "dumb"
 
 
+# the recent episodes summary.json keeps per policy (returns, lengths, objectives)
+RECENT_KEYS = ("recent_returns", "recent_lengths", "recent_objectives")
+
+
 class PopulationStats:
     def __init__(self, cfg, exp_dir: str, num_policies: int):
         self.cfg = cfg
@@ -302,26 +306,34 @@ class PopulationStats:
     def restore(self, summary: dict) -> None:
         """A resumed run goes on from the summary.json of the runs before it: frames and
         episodes add up, and the recent episodes stay recent until new ones push them out
-        (else a re-run with nothing left to train wrote a summary of no episodes)."""
+        (else a re-run with nothing left to train wrote a summary of no episodes). A summary
+        of another shape is named in one line and left out: the figures are this run's own."""
         self.resumed = True
         try:
-            self.frames_total += int(summary.get("frames") or 0)
-            for p, entry in (summary.get("policies") or {}).items():
-                p = int(p)
-                if not 0 <= p < self.n or not isinstance(entry, dict):
-                    continue
-                self.episodes_total[p] += int(entry.get("episodes") or 0)
-                for key, target in (("recent_returns", self.returns),
-                                    ("recent_lengths", self.lengths),
-                                    ("recent_objectives", self.objectives)):  # fmt: skip
-                    target[p].extend(float(v) for v in entry.get(key) or [])
-            self.fps_window = collections.deque([(time.time(), self.frames_total)], maxlen=64)
-            # the last row of the run before: a re-run with nothing to train adds none
-            steps = [summary["policies"].get(str(p), {}).get("env_steps") for p in range(self.n)]
-            if all(isinstance(s, int) for s in steps):
-                self.last_written = steps
-        except (TypeError, ValueError, AttributeError):
-            pass  # a summary.json of another shape: this run's own figures only
+            frames = int(summary.get("frames") or 0)
+            entries = {int(p): e for p, e in (summary.get("policies") or {}).items()}
+            kept = {
+                p: (
+                    int(e.get("episodes") or 0),
+                    [[float(v) for v in e.get(key) or []] for key in RECENT_KEYS],
+                    e.get("env_steps"),
+                )
+                for p, e in entries.items()
+                if 0 <= p < self.n
+            }
+        except (TypeError, ValueError, AttributeError) as e:
+            print(f"summary.json of the run before not carried on ({e})", flush=True)
+            return
+        self.frames_total += frames
+        self.fps_window = collections.deque([(time.time(), self.frames_total)], maxlen=64)
+        for p, (episodes, recent, _) in kept.items():
+            self.episodes_total[p] += episodes
+            for target, values in zip((self.returns, self.lengths, self.objectives), recent):
+                target[p].extend(values)
+        # the last row of the run before: a re-run with nothing to train adds none
+        steps = [kept.get(p, (0, [], None))[2] for p in range(self.n)]
+        if all(isinstance(s, int) for s in steps):
+            self.last_written = steps
 
     def summary(self, env_steps: list[int]) -> dict:
         """Final figures of the run (written to summary.json by the runner), the runs it

@@ -405,3 +405,11 @@ def test_end_of_run_text_for_an_env_of_the_users_own_script():
     assert "from launch import match; match.main(['--experiment=my run'" in text
     assert "rl-pbt-enjoy" not in text and "--env=my_env" not in text
     assert "rl-pbt-report --experiment='my run' --train_dir=runs" in text
+
+
+def test_a_summary_of_another_shape_is_named_and_left_out(tmp_path, capsys):
+    stats = scalar_stats(str(tmp_path / "exp"), {})
+    stats.restore({"frames": 10, "policies": {"0": {"episodes": 3, "recent_returns": ["x"]}}})
+    assert stats.frames_total == 0 and stats.episodes_total == [0, 0]  # nothing half taken
+    assert "summary.json of the run before not carried on" in capsys.readouterr().out
+    stats.close()
