@@ -27,6 +27,7 @@ from rl_pbt.logging.video import (
     check_video_path,
     default_video_path,
     env_fps,
+    render_problem,
 )
 from rl_pbt.models.loading import (
     PolicyActor,
@@ -114,9 +115,10 @@ def main(argv: list[str] | None = None) -> int:
                 print(note)
         cfg, env, model = load(args)
         obs, _ = env.reset(seed=cfg.seed)
-        if video and env.render() is None:
+        problem = render_problem(env, cfg.env) if video else None
+        if problem:
             env.close()
-            raise ValueError(f"--save_video: env {cfg.env} does not render rgb_array frames")
+            raise ValueError(problem)
     except (FileNotFoundError, ValueError) as e:
         print(f"rl-pbt-enjoy: error: {e}", file=sys.stderr)
         return 2

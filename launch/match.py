@@ -51,6 +51,7 @@ from rl_pbt.logging.video import (
     check_video_path,
     default_video_path,
     env_fps,
+    render_problem,
 )
 from rl_pbt.models.action_dist import to_env_action
 from rl_pbt.models.loading import (
@@ -552,8 +553,9 @@ def main(argv: list[str] | None = None) -> int:
             )
         if video:
             env.reset()
-            if env.render() is None:
-                raise ValueError(f"--save_video: env {args.env} does not render rgb_array frames")
+            problem = render_problem(env, args.env)
+            if problem:
+                raise ValueError(problem)
         batch_env = None
         if args.num_envs > 1:
             batch_env = make_batch_env(args.env, args.num_envs, args.seed)

@@ -8,7 +8,9 @@ from __future__ import annotations
 
 import dataclasses
 import difflib
+import importlib
 import importlib.util
+import os
 from dataclasses import dataclass, field
 from typing import Any, Callable, Optional
 
@@ -38,6 +40,9 @@ class EnvEntry:
 
 
 _REGISTRY: dict[str, EnvEntry] = {}
+# the built-in envs (the `envs` package installed beside rl_pbt): registered on the first name
+# the registry lacks; `hidden_by` is another `envs` package that Python finds first
+_BUILTINS: dict[str, Any] = {"loaded": False, "loading": False, "hidden_by": None}
 # the fields of an entry that children need: what builds envs and models
 _FACTORIES = ("make_env", "make_batch", "obs_features", "symmetry")
 
@@ -76,6 +81,8 @@ def register_env(
     observation in one canonical orientation of the two and mirrors its action back, unless
     `--mirror_symmetry=False`. The env itself stays as it is.
     """
+    if _BUILTINS["loading"] and name in _REGISTRY:
+        return  # a script's own env of a built-in's name stays
     if not callable(make_env_func):
         raise TypeError(f"register_env({name!r}): make_env_func must be callable")
     if name in _REGISTRY and not overwrite:
@@ -106,7 +113,39 @@ def register_env(
     )
 
 
+def load_builtin_envs() -> None:
+    """Register the built-in envs once. The commands import them at their start; a script of
+    the user's gets them when it first asks for a name the registry does not know. An env the
+    script registered under a built-in's name is kept."""
+    if _BUILTINS["loaded"]:
+        return
+    _BUILTINS["loaded"] = True
+    ours = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(__file__))), "envs")
+    try:
+        spec = importlib.util.find_spec("envs")
+    except (ImportError, ValueError):
+        return
+    found = list(spec.submodule_search_locations or []) if spec is not None else []
+    if not found:
+        return
+    if not any(os.path.realpath(f) == os.path.realpath(ours) for f in found):
+        _BUILTINS["hidden_by"] = found[0]
+        return
+    _BUILTINS["loading"] = True
+    try:
+        importlib.import_module("envs")
+    finally:
+        _BUILTINS["loading"] = False
+
+
+def _entry(name: str) -> Optional[EnvEntry]:
+    if name not in _REGISTRY:
+        load_builtin_envs()
+    return _REGISTRY.get(name)
+
+
 def registered_envs() -> list[str]:
+    load_builtin_envs()
     return sorted(_REGISTRY)
 
 
@@ -117,7 +156,7 @@ def _gym_ids() -> list[str]:
 
 
 def is_known_env(name: str) -> bool:
-    return name in _REGISTRY or name in _gym_ids()
+    return _entry(name) is not None or name in _gym_ids()
 
 
 def known_envs_message(name: Optional[str] = None) -> str:
@@ -161,16 +200,23 @@ def unknown_env_message(name: str) -> str:
                 f"--env={name}: the {prefix}* envs need the {module} package, which is not "
                 f"installed: {install}"
             )
-    return f"--env={name!r}: unknown env; " + known_envs_message(name)
+    msg = f"--env={name!r}: unknown env; " + known_envs_message(name)
+    if _BUILTINS["hidden_by"]:
+        msg += (
+            f"; the package 'envs' at {_BUILTINS['hidden_by']} hides the built-in envs: run "
+            "from another folder, or rename that package"
+        )
+    return msg
 
 
 def env_extra_flags(name: str) -> list[Flag]:
-    entry = _REGISTRY.get(name)
+    entry = _entry(name)
     return list(entry.extra_flags) if entry else []
 
 
 def envs_with_flag(flag_name: str) -> list[str]:
     """The registered envs that have `flag_name` as a flag of their own, sorted."""
+    load_builtin_envs()
     return sorted(
         name
         for name, entry in _REGISTRY.items()
@@ -204,7 +250,7 @@ def env_symmetry(name: Optional[str]) -> Optional[MakeSymmetry]:
 
 
 def env_default_overrides(name: str) -> dict[str, Any]:
-    entry = _REGISTRY.get(name)
+    entry = _entry(name)
     return dict(entry.default_overrides) if entry else {}
 
 
@@ -235,7 +281,7 @@ def restore_registry(snapshot: dict[str, EnvEntry]) -> None:
 
 def make_env(name: str, cfg: Any, env_config: dict, render_mode: Optional[str] = None) -> Any:
     """Create one env instance: a registered factory, else `gymnasium.make(name)`."""
-    entry = _REGISTRY.get(name)
+    entry = _entry(name)
     if entry is not None:
         return entry.make_env(name, cfg, env_config, render_mode=render_mode)
     if name in _gym_ids():

@@ -126,18 +126,30 @@ class PolicyStatus:
     ret: Optional[float] = None  # mean recent episode return
     obj: Optional[float] = None  # mean recent true objective
     lag: Optional[float] = None  # mean policy lag of the last train step
+    # what PBT ranks on where that is not the objective: Elo, the score against snapshots or a
+    # scripted player (named by `rank_name` of the status block)
+    rank: Optional[float] = None
 
 
-def _score(s: PolicyStatus, by_obj: bool) -> Optional[float]:
-    v = s.obj if by_obj else s.ret
-    return v if v is not None and math.isfinite(v) else None
+def ranked_by(policies: Sequence[PolicyStatus]) -> str:
+    """Which value names the best member: 'rank' (what PBT ranks on, where any member has
+    one), else 'obj' (the recent objective), else 'ret' (the recent return)."""
+    for key in ("rank", "obj"):
+        if any(getattr(s, key) is not None for s in policies):
+            return key
+    return "ret"
+
+
+def _value(s: PolicyStatus, key: str) -> float:
+    """s's value of `key`; -inf where it has none (or not a finite one)."""
+    v = getattr(s, key)
+    return v if v is not None and math.isfinite(v) else -math.inf
 
 
 def best_policy(policies: Sequence[PolicyStatus]) -> Optional[int]:
-    """The member with the highest recent objective (the return where no policy has one)."""
-    by_obj = any(s.obj is not None for s in policies)
-    scored = [(_score(s, by_obj), s.policy) for s in policies]
-    scored = [(v, p) for v, p in scored if v is not None]
+    """The member with the highest value of `ranked_by` (ties: the lowest id)."""
+    key = ranked_by(policies)
+    scored = [(_value(s, key), s.policy) for s in policies if _value(s, key) > -math.inf]
     return max(scored, key=lambda vp: (vp[0], -vp[1]))[1] if scored else None
 
 
@@ -150,25 +162,33 @@ def headline(
     eta: Eta,
     policies: Sequence[PolicyStatus],
     width: int = LINE_WIDTH,
+    rank_name: str = "rank",
+    time_limit: Optional[float] = None,
 ) -> str:
     """One line: time, frames and rate, the population's progress (that of its slowest member,
-    `progress` steps, since the run ends when every policy has `target`) with the ETA, the best
-    member, the largest policy lag. Optional parts are dropped from the end to fit `width`."""
-    pct = min(math.floor(100 * progress / target), 100) if target > 0 else 0
+    `progress` steps, since the run ends when every policy has `target`; or the time spent of
+    `time_limit` seconds, where that limit is nearer) with the ETA, the best member (by what
+    PBT ranks on, named `rank_name`, where the members have it), the largest policy lag.
+    Optional parts are dropped from the end to fit `width`."""
+    done = progress / target if target > 0 else 0.0
+    of = f"{fmt_num(target)} steps"
+    if time_limit and elapsed / time_limit > done:
+        done, of = elapsed / time_limit, fmt_duration(time_limit)
+    pct = min(math.floor(100 * done), 100)
     where = fmt_num(progress)
     if len(policies) > 1:
         slowest = min(policies, key=lambda s: (s.env_steps, s.policy))
         where = f"p{slowest.policy} {fmt_num(slowest.env_steps)} slowest"
     parts = [
         f"[{fmt_duration(elapsed)}] {fmt_num(frames)} frames {fmt_num(fps)} fps",
-        f"{pct}% of {fmt_num(target)} steps ({where}) {eta.text()}",
+        f"{pct}% of {of} ({where}) {eta.text()}",
     ]
     best = best_policy(policies)
     if best is not None:
-        by_obj = any(s.obj is not None for s in policies)
+        key = ranked_by(policies)
         member = next(s for s in policies if s.policy == best)
-        kind = "obj" if by_obj else "ret"
-        parts.append(f"best p{best} {kind} {fmt_num(member.obj if by_obj else member.ret)}")
+        label = rank_name if key == "rank" else key
+        parts.append(f"best p{best} {label} {fmt_num(getattr(member, key))}")
     lags = [(s.lag, s.policy) for s in policies if s.lag is not None and math.isfinite(s.lag)]
     if lags:
         lag, p = max(lags)
@@ -207,11 +227,8 @@ def policy_lines(
     shown = list(policies)
     hidden = 0
     if len(policies) > k * max_lines:
-        by_obj = any(s.obj is not None for s in policies)
-        ranked = sorted(
-            policies,
-            key=lambda s: (_score(s, by_obj) is None, -(_score(s, by_obj) or 0.0), s.policy),
-        )
+        key = ranked_by(policies)
+        ranked = sorted(policies, key=lambda s: (-_value(s, key), s.policy))
         n_show = max(max_lines - 1, 1) * k  # the last line says how many are hidden
         keep_worst = n_show // 3
         keep = {s.policy for s in ranked[: n_show - keep_worst]}
@@ -299,9 +316,15 @@ def status_block(
     policies: Sequence[PolicyStatus],
     pbt: Optional[str] = None,
     width: int = LINE_WIDTH,
+    rank_name: str = "rank",
+    time_limit: Optional[float] = None,
 ) -> list[str]:
     """The lines printed every status interval: headline, per-policy cells, PBT line."""
-    lines = [headline(elapsed, frames, fps, progress, target, eta, policies, width)]
+    lines = [
+        headline(
+            elapsed, frames, fps, progress, target, eta, policies, width, rank_name, time_limit
+        )
+    ]
     if any(s.ret is not None or s.obj is not None for s in policies):  # none before an episode
         lines += policy_lines(policies, width)
     if pbt:

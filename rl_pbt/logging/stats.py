@@ -12,7 +12,7 @@ import math
 import os
 import sys
 import time
-from typing import Any, Optional
+from typing import Any, Callable, Optional
 
 import numpy as np
 
@@ -88,6 +88,9 @@ class PopulationStats:
         self.progress_samples: collections.deque = collections.deque(maxlen=600)
         self.pbt_pending: list[tuple[int, Optional[int]]] = []  # since the last status block
         self.pbt_last: Optional[tuple[str, float]] = None  # (description, time)
+        # what PBT ranks on where not the episodes' objective (see rank_by)
+        self.rank_name = "rank"
+        self.rank_values: Optional[Callable[[], dict[int, Optional[float]]]] = None
         self.scalars_file = ScalarsFile(scalars_path(exp_dir))
         self.wandb = None
         if getattr(cfg, "with_wandb", False):
@@ -150,7 +153,14 @@ class PopulationStats:
     def mean(self, values) -> Optional[float]:
         return float(np.mean(values)) if len(values) else None
 
+    def rank_by(self, name: str, values: Callable[[], dict[int, Optional[float]]]) -> None:
+        """PBT ranks on `values()` (per policy), named `name` ('elo', 'vs_scripted', ...), and
+        not on the episodes' objective: the status line and the summary's best member follow
+        it."""
+        self.rank_name, self.rank_values = name, values
+
     def policy_status(self) -> list[progress.PolicyStatus]:
+        ranks = self.rank_values() if self.rank_values is not None else {}
         return [
             progress.PolicyStatus(
                 p,
@@ -158,12 +168,14 @@ class PopulationStats:
                 ret=self.mean(self.returns[p]),
                 obj=self.mean(self.objectives[p]),
                 lag=self.train[p].get("policy_lag"),
+                rank=ranks.get(p),
             )
             for p in range(self.n)
         ]
 
     def best_policy(self) -> Optional[int]:
-        """The member with the best recent objective (return where the env gives none)."""
+        """The member with the best value of what PBT ranks on; without PBT, or where PBT ranks
+        on the objective, the best recent objective (return where the env gives none)."""
         return progress.best_policy(self.policy_status())
 
     def _record_progress(self, env_steps: list[int], now: float) -> None:
@@ -176,10 +188,13 @@ class PopulationStats:
         if not samples or now - samples[-1][0] >= PROGRESS_SAMPLE_S:
             samples.append((now, slowest))
 
+    def _time_limit(self) -> Optional[float]:
+        """--train_for_seconds, None where it is no limit."""
+        limit = getattr(self.cfg, "train_for_seconds", None)
+        return None if limit is None or limit >= NO_TIME_LIMIT else float(limit)
+
     def eta(self, elapsed: float) -> progress.Eta:
-        time_limit = getattr(self.cfg, "train_for_seconds", None)
-        if time_limit is not None and time_limit >= NO_TIME_LIMIT:
-            time_limit = None
+        time_limit = self._time_limit()
         samples = list(self.progress_samples)
         if samples and self.env_steps and min(self.env_steps) > samples[-1][1]:
             samples.append((time.time(), min(self.env_steps)))  # the newest count, not 1 s old
@@ -227,6 +242,8 @@ class PopulationStats:
             self.eta(elapsed),
             self.policy_status(),
             self._pbt_text(now),
+            rank_name=self.rank_name,
+            time_limit=self._time_limit(),
         )
         self.pbt_pending = []
         text = "\n".join(lines)

@@ -120,6 +120,27 @@ def output_file_problem(path: str) -> Optional[str]:
     return None
 
 
+def render_problem(env, env_name: str) -> Optional[str]:
+    """None when `env.render()` (made with render_mode="rgb_array", after a reset) gives an
+    image; else one line for `--save_video` saying what the env must do."""
+    need = (
+        f"--save_video: env {env_name} does not render frames; its render() must return an "
+        "HxWx3 uint8 image when the env is made with render_mode='rgb_array'"
+    )
+    try:
+        frame = env.render()
+    except NotImplementedError:
+        return need
+    except Exception as e:  # the env's own error: named, not a traceback
+        return f"{need} (render() raised {type(e).__name__}: {e})"
+    if frame is None:
+        return need
+    shape = getattr(frame, "shape", None)
+    if shape is None or len(shape) not in (2, 3):
+        return f"{need} (it returned a {type(frame).__name__})"
+    return None
+
+
 def env_fps(env, default: float = 30.0) -> float:
     """Frames per second that replay `env` at its own pace: `metadata["render_fps"]`, divided
     by the game tics one step covers when the env (or its `settings`) names a `frameskip`.

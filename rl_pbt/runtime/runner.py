@@ -164,6 +164,9 @@ HUNG_STOP_GRACE_S = 2.0  # a worker or inference process that stopped answering 
 REEXEC_ARGV: Optional[list[str]] = None
 JAM_RESTARTS_ENV = "RL_PBT_JAM_RESTARTS"  # times of the restarts so far, comma-separated
 JAM_RESTARTS_PER_HOUR = 3
+# the time the command first started, carried over its automatic restarts: --train_for_seconds
+# counts from it (a resume by running the command again counts anew)
+STARTED_AT_ENV = "RL_PBT_STARTED_AT"
 JAM_AFTER_DEATH_S = 300.0  # a silent component this soon after a worker death: a jam
 
 
@@ -181,9 +184,11 @@ def jam_restart_argv(cfg: Cfg, now: Optional[float] = None) -> Optional[list[str
     return list(REEXEC_ARGV)
 
 
-def restart_whole_run(argv: list[str]) -> None:
+def restart_whole_run(argv: list[str], started_at: float) -> None:
     """Replace this process by a new run of `argv` (same pid, same terminal; the run lock's
-    descriptor closes on exec, so the new run takes the lock again)."""
+    descriptor closes on exec, so the new run takes the lock again). `started_at`: when the
+    command first started, which the new run's --train_for_seconds counts from."""
+    os.environ[STARTED_AT_ENV] = repr(started_at)
     restarts = len(os.environ.get(JAM_RESTARTS_ENV, "").split(","))
     log(
         f"restarting the whole run from its last checkpoints ({restarts} of "
@@ -192,6 +197,16 @@ def restart_whole_run(argv: list[str]) -> None:
     sys.stdout.flush()
     sys.stderr.flush()
     os.execv(argv[0], argv)
+
+
+def _started_at(value: Optional[str], now: float) -> float:
+    """The command's first start from STARTED_AT_ENV (`now` when unset or not a time up to
+    now)."""
+    try:
+        started = float(value) if value else now
+    except ValueError:
+        return now
+    return started if 0 < started <= now else now
 
 
 def log(msg: str) -> None:
@@ -494,6 +509,10 @@ class Runner:
         if self.num_agents > 1:
             self.stats.elo = self.elo  # each member's rating joins its logged scalars
         self._elo_saved_at = time.time()
+        if self.pbt is not None and target == "elo":  # the best member is PBT's best
+            self.stats.rank_by("elo", self._ratings)
+        elif self.pbt is not None and (target == "vs_snapshots" or target.startswith("vs_scr")):
+            self.stats.rank_by(target.split(":")[0], self.pbt.objectives)
         self._ratings_sent: Optional[dict] = None
         self._ratings_sent_at = 0.0
         self.snapshots = SnapshotPool(cfg.selfplay_snapshot_pool_size)
@@ -523,6 +542,13 @@ class Runner:
         # trajectory from the copied weights, to the first update on it
         self.copy_latencies: list[tuple[float, float, float]] = []
         self.start_time = time.time()
+        # --train_for_seconds counts from the command's first start, across automatic restarts
+        self.budget_start = _started_at(os.environ.pop(STARTED_AT_ENV, None), self.start_time)
+        if self.budget_start < self.start_time:
+            log(
+                f"--train_for_seconds={cfg.train_for_seconds} counts from the command's start, "
+                f"{self.start_time - self.budget_start:.0f} s ago"
+            )
         self.interrupted = False  # stopped by Ctrl-C or SIGTERM (the footer says so)
         # a node group of a population on several machines: its PBT is decided outside
         self.control: Optional[GroupControl] = None
@@ -738,7 +764,7 @@ class Runner:
         if status != 0 and self.jammed:
             argv = jam_restart_argv(cfg)
             if argv is not None:
-                restart_whole_run(argv)
+                restart_whole_run(argv, self.budget_start)
         if self.control is not None:  # a node group: the population's driver says what's next
             return status
         print(
@@ -1052,7 +1078,7 @@ class Runner:
                     proc.kill()
             argv = jam_restart_argv(self.cfg)
             if argv is not None:
-                restart_whole_run(argv)
+                restart_whole_run(argv, self.budget_start)
             os._exit(1)
 
     def _restart_worker(self, i: int, w: int, what: str) -> None:
@@ -1192,7 +1218,7 @@ class Runner:
         done = min(self.env_steps) >= self.cfg.train_for_env_steps
         if self.control is not None and self.control.stop_requested:
             done = True
-        if elapsed > self.cfg.train_for_seconds:
+        if time.time() - self.budget_start > self.cfg.train_for_seconds:
             log(f"--train_for_seconds={self.cfg.train_for_seconds} reached")
             done = True
         if done and self.cfg.serial_mode:
@@ -1303,6 +1329,9 @@ class Runner:
         return (
             f"learner {msg.policy_id} failed:\n{msg.detail}" if msg.policy_id >= 0 else msg.detail
         )
+
+    def _ratings(self) -> dict[int, float]:
+        return {p: self.elo.rating(p) for p in range(self.num_policies) if p in self.elo}
 
     def _pbt_step(self) -> None:
         ratings = None

@@ -7,6 +7,7 @@ policies saved) and the re-run resumes."""
 import glob
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -269,7 +270,11 @@ def test_a_jammed_run_restarts_itself_from_its_checkpoints(tmp_path):
     log = out.stdout + out.stderr
     assert out.returncode == 0, log[-3000:]
     assert log.count("restarting the whole run from its last checkpoints") == 1, log[-3000:]
-    assert "(resuming)" in log.split("restarting the whole run")[1], log[-3000:]
+    after = log.split("restarting the whole run")[1]
+    assert "(resuming)" in after, log[-3000:]
+    # the time limit counts from the command's first start, not from the restart
+    ago = re.search(r"--train_for_seconds=\d+ counts from the command's start, (\d+) s ago", after)
+    assert ago and int(ago.group(1)) >= 3, log[-3000:]
     with open(tmp_path / "jam" / "summary.json") as f:
         assert all(s["env_steps"] >= 3000 for s in json.load(f)["policies"].values())
 
@@ -290,6 +295,14 @@ def test_jam_restarts_are_bounded_and_need_the_command_line(monkeypatch):
     assert runner_module.jam_restart_argv(cfg, now + 3700) is not None  # an hour later
     off = parse_cfg(["--env=CartPole-v1", "--restart_on_jam=False"])
     assert runner_module.jam_restart_argv(off, now + 9000) is None
+
+
+def test_the_start_a_restart_carries_is_read_with_care():
+    from rl_pbt.runtime.runner import _started_at
+
+    assert _started_at("1000.5", 2000.0) == 1000.5
+    for value in (None, "", "soon", "3000", "-1"):  # unset, not a time, in the future, < 0
+        assert _started_at(value, 2000.0) == 2000.0
 
 
 def test_killed_learner_restarts_the_whole_run_from_its_checkpoints(tmp_path):

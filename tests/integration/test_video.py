@@ -92,3 +92,38 @@ def test_fit_frame_scales_small_frames_and_pads_to_blocks():
     assert fit_frame(doom).shape == (144, 256, 3) and fit_frame(doom).min() == 7
     cartpole = fit_frame(np.ones((400, 600, 3), dtype=np.uint8))
     assert cartpole.shape == (400, 608, 3) and cartpole[:, 600:].max() == 0
+
+
+class _Renders:
+    """An env whose render() does what it is told: `how` is a value to return or an
+    exception to raise."""
+
+    def __init__(self, how):
+        self.how = how
+
+    def render(self):
+        if isinstance(self.how, BaseException):
+            raise self.how
+        return self.how
+
+
+@pytest.mark.parametrize(
+    "how, words",
+    [
+        (NotImplementedError(), None),
+        (None, None),
+        (RuntimeError("no display"), "render() raised RuntimeError: no display"),
+        ("a string", "it returned a str"),
+    ],
+)
+def test_an_env_that_renders_no_frames_is_one_line(how, words):
+    problem = video.render_problem(_Renders(how), "my_env")
+    assert problem.startswith("--save_video: env my_env does not render frames; its render()")
+    assert "render_mode='rgb_array'" in problem and "\n" not in problem
+    if words:
+        assert problem.endswith(f"({words})")
+
+
+def test_an_env_that_renders_images_passes():
+    assert video.render_problem(_Renders(np.zeros((4, 5, 3), np.uint8)), "my_env") is None
+    assert video.render_problem(_Renders(np.zeros((4, 5), np.uint8)), "my_env") is None

@@ -197,6 +197,30 @@ def test_best_member_uses_the_return_without_objectives():
     assert progress.best_policy([PolicyStatus(0, 0)]) is None
 
 
+def test_progress_is_of_the_time_limit_where_that_is_nearer():
+    policies = [PolicyStatus(0, 500)]
+    head = progress.headline(30.0, 10, 1.0, 500, 10**10, Eta(None), policies, time_limit=40)
+    assert "| 75% of 40s (500)" in head, head
+    head = progress.headline(4.0, 10, 1.0, 500, 1000, Eta(None), policies, time_limit=40)
+    assert "| 50% of 1k steps (500)" in head, head  # the steps' end is nearer
+
+
+def test_best_member_is_pbts_best_where_pbt_ranks_on_games():
+    # PBT ranks on the score against a scripted player; the objective says otherwise
+    policies = [
+        PolicyStatus(0, 10, ret=1.0, obj=0.9, rank=0.2),
+        PolicyStatus(1, 10, ret=0.0, obj=0.1, rank=0.6),
+        PolicyStatus(2, 10, ret=2.0, obj=0.5),  # no games yet
+    ]
+    assert progress.best_policy(policies) == 1
+    head = progress.headline(1.0, 10, 1.0, 10, 100, Eta(None), policies, rank_name="vs_scripted")
+    assert "best p1 vs_scripted 0.6" in head
+    lines = status_block(1.0, 10, 1.0, 10, 100, Eta(None), policies, rank_name="elo")
+    assert "best p1 elo 0.6" in lines[0]
+    policies = [PolicyStatus(0, 10, obj=0.9), PolicyStatus(1, 10, obj=0.1)]
+    assert progress.best_policy(policies) == 0  # without ranks: the objective
+
+
 # --- PBT digest -------------------------------------------------------------------------------
 def test_pbt_digest_sums_up_a_period():
     events = [(2, 5), (7, 1), (0, 5), (1, None), (4, None), (6, None)]

@@ -1,0 +1,66 @@
+"""A script that uses the Python API gets the built-in envs and presets without importing
+`envs` itself; an env it registered under a built-in's name stays its own; another package
+named `envs` that Python finds first is named in the unknown-env message. Each case runs in
+a fresh interpreter (the test process has the built-ins already)."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def run(code: str, cwd: Path) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, "-c", textwrap.dedent(code)],
+        cwd=cwd,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+
+
+def test_a_script_gets_the_built_in_envs_and_presets_and_keeps_its_own(tmp_path):
+    out = run(
+        """
+        import sys
+        from rl_pbt import parse_cfg, register_env
+        from rl_pbt.envs.registry import make_env
+        def mine(name, cfg, env_config, render_mode=None):
+            return "mine"
+        register_env("arena_duel", mine)
+        assert "envs" not in sys.modules
+        cfg = parse_cfg(["--env=connect_four", "--random_opening_moves=2"])
+        print(cfg.env, cfg.random_opening_moves)
+        cfg = parse_cfg(["--preset=lure_pbt"])
+        print(cfg.env, cfg.with_pbt)
+        print(make_env("arena_duel", None, {}))
+        """,
+        tmp_path,
+    )
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert out.stdout.split() == ["connect_four", "2", "lure", "True", "mine"]
+
+
+def test_another_envs_package_first_on_the_path_is_named(tmp_path):
+    (tmp_path / "envs").mkdir()
+    (tmp_path / "envs" / "__init__.py").write_text("")
+    out = run(
+        """
+        import sys
+        sys.path.insert(0, "")
+        from rl_pbt import ConfigError, parse_cfg
+        try:
+            parse_cfg(["--env=arena_duel"])
+        except ConfigError as e:
+            print(e)
+        """,
+        tmp_path,
+    )
+    assert out.returncode == 0, out.stderr[-2000:]
+    line = out.stdout.strip()
+    assert line.startswith("--env='arena_duel': unknown env;"), line
+    assert f"the package 'envs' at {tmp_path / 'envs'} hides the built-in envs" in line
