@@ -25,6 +25,7 @@ from launch.train import main as train_main
 from rl_pbt.config.flags import FLAGS_BY_NAME
 from rl_pbt.config.parse import close_names, with_added_model_flags
 from rl_pbt.logging.files import experiment_name_problem, read_run_config
+from rl_pbt.models.loading import run_env_problem
 from rl_pbt.pbt.lineage import lineage_path, read_events, schedule_for
 
 PROG = "rl-pbt-replay"
@@ -158,6 +159,10 @@ def main(argv: list[str] | None = None) -> int:
     problem = policy_problem(lineage, args.policy, args.from_experiment)
     if problem:
         return _fail(problem)
+    if isinstance(src_cfg.get("env"), str):
+        problem = run_env_problem(src, src_cfg["env"], "launch.replay")
+        if problem:
+            return _fail(problem)
     target = args.experiment or f"{args.from_experiment}_p{args.policy}_replay"
     problem = experiment_name_problem(target)
     if problem:

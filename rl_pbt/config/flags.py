@@ -464,6 +464,23 @@ FLAGS: list[Flag] = [
     Flag("gamma", float, 0.99, "discount", in_unit_interval, group="learning"),
     Flag("gae_lambda", float, 0.95, "GAE lambda", in_unit_interval, group="learning"),
     Flag(
+        "reward_scale",
+        float,
+        1.0,
+        "the learner multiplies every reward by this before computing returns (episode "
+        "returns in the logs stay unscaled)",
+        positive,
+        group="learning",
+    ),
+    Flag(
+        "reward_clip",
+        float,
+        1000.0,
+        "then clips each reward to [-reward_clip, reward_clip]",
+        positive,
+        group="learning",
+    ),
+    Flag(
         "value_bootstrap",
         bool,
         True,

@@ -431,6 +431,7 @@ def parse_cfg(
         layers.append((f"preset {preset_name}", preset))
     layers.append(("the command line", cli))
     notes: list[str] = []
+    set_here: set[str] = set()  # flags the preset or the command line set
     for source, layer in layers:
         for key, value in layer.items():
             if key not in by_name and key in FOREIGN_BY_NAME:
@@ -440,6 +441,9 @@ def parse_cfg(
             if key not in by_name:
                 raise ConfigError(unknown_flag_message(key, by_name, source, env_name))
             values[key] = _coerce(by_name[key], value, source)
+            if not source.startswith("the defaults"):
+                set_here.add(key)
+    notes += idle_flag_notes(values, set_here, env_name)
     for note in notes:
         print(f"note: {note}", file=sys.stderr)
 
@@ -449,6 +453,32 @@ def parse_cfg(
     cfg = Cfg(values)
     validate(cfg, flags, evaluation=evaluation)
     return cfg
+
+
+def idle_flag_notes(values: dict[str, Any], set_here: Iterable[str], env_name: str) -> list[str]:
+    """Notes on flags given (on the command line or in a preset) that change nothing with the
+    other values: W&B flags without --with_wandb, PBT flags without --with_pbt (a replay's own
+    excepted), --mirror_symmetry for an env without a mirror."""
+    from rl_pbt.envs.registry import env_symmetry  # avoid cycle
+
+    given = sorted(set(set_here))
+    notes = []
+    idle = [k for k in given if k.startswith("wandb_")] if not values.get("with_wandb") else []
+    if idle:
+        notes.append(f"{_listed(idle)}: no effect without --with_wandb")
+    replay = values.get("pbt_replay_lineage")
+    if not values.get("with_pbt") and not replay:
+        idle = [k for k in given if k.startswith("pbt_") and not k.startswith("pbt_replay")]
+        if idle:
+            notes.append(f"{_listed(idle)}: no effect without --with_pbt")
+    if "mirror_symmetry" in given and values.get("mirror_symmetry") and env_name:
+        if env_symmetry(env_name) is None:
+            notes.append(f"--mirror_symmetry: no effect, env {env_name} has no mirror")
+    return notes
+
+
+def _listed(names: list[str]) -> str:
+    return ", ".join(f"--{n}" for n in names)
 
 
 # --- help ----------------------------------------------------------------------------------

@@ -41,7 +41,8 @@ from rl_pbt.learning.checkpoints import (
     install_checkpoint_file,
 )
 from rl_pbt.learning.learner import default_hparams
-from rl_pbt.logging.files import POPULATION_FILE, atomic_write_json, read_json
+from rl_pbt.logging.files import POPULATION_FILE, atomic_write_json, read_json, scalars_path
+from rl_pbt.logging.stats import ScalarsFile
 from rl_pbt.runtime.devices import derive_seed, fresh_seed
 from rl_pbt.runtime.run_lock import RunLock
 from rl_pbt.sampling.elo import EloRatings, scores_against_scripted, scores_against_snapshots
@@ -163,6 +164,10 @@ class PopulationDriver:
         self._resuming: dict[int, dict[str, Any]] = {}  # group -> its restart record
         self.recent: list[list[float]] = [[] for _ in range(cfg.num_policies)]
         self.writers: dict[int, Any] = {}  # member -> its TensorBoard writer
+        # the population's scalar log and summary.json (global ids; each group keeps its own
+        # under groups/gK with its local ids): what rl-pbt-report reads
+        self.scalars = ScalarsFile(scalars_path(self.exp_dir))
+        self._rows_at: dict[int, int] = {}  # member -> env steps of its last row
         self._failed_copies = 0  # decisions a group could not carry out (it was restarting)
         self.shared_snapshots = 0  # snapshots sent to the other groups
         # (group, local member) -> (checkpoint name, the read's object ref, when it was asked)
@@ -320,6 +325,7 @@ class PopulationDriver:
             self._save_population(statuses)
             for w in self.writers.values():
                 w.close()
+            self.scalars.close()
             self.run_lock.release()
             for a in self.actors:
                 ray.kill(a, no_restart=True)
@@ -328,7 +334,7 @@ class PopulationDriver:
         if stop["asked"]:
             status = 1
         self._status_line(None)
-        best = int(np.argmax([np.mean(r) if r else -np.inf for r in self.recent]))
+        best = self.best_member() or 0
         head = f"Results in {self.exp_dir}"
         if status:
             head = (
@@ -337,8 +343,11 @@ class PopulationDriver:
                 f"{self.exp_dir}"
             )
         print(
-            f"{head}: population.json, pbt/ (state, lineage), .summary/ "
-            f"(TensorBoard), groups/g*/ (each node group's run and checkpoints). Next:\n"
+            f"{head}: population.json, summary.json, stats/scalars.jsonl, pbt/ (state, "
+            f"lineage), .summary/ (TensorBoard), groups/g*/ (each node group's run and "
+            f"checkpoints). Next:\n"
+            f"  the population's report: rl-pbt-report --experiment={cfg.experiment} "
+            f"--train_dir={cfg.train_dir}\n"
             f"  watch member {best} (the best): rl-pbt-enjoy --env={cfg.env} "
             f"--experiment={cfg.experiment} --train_dir={cfg.train_dir} --policy={best}",
             flush=True,
@@ -614,7 +623,7 @@ class PopulationDriver:
         for gid in range(self.cfg.num_policies):
             w = self.writers.get(gid)
             if w is None:
-                w = SummaryWriter(os.path.join(self.exp_dir, ".summary", f"p{gid}"))
+                w = SummaryWriter(os.path.join(self.exp_dir, ".summary", str(gid)))
                 self.writers[gid] = w
             steps = self.env_steps[gid]
             if self.recent[gid]:
@@ -623,8 +632,51 @@ class PopulationDriver:
             if gid in self.elo:
                 w.add_scalar("population/elo", self.elo.rating(gid), steps)
             w.flush()
+            if steps > self._rows_at.get(gid, 0):
+                self.scalars.write(gid, steps, time.time(), self._scalars_of(gid))
+                self._rows_at[gid] = steps
         if len(self.elo):
             atomic_write_json(self._elo_path(), self.elo.to_dict())
+        atomic_write_json(os.path.join(self.exp_dir, "summary.json"), self._summary())
+
+    def _scalars_of(self, gid: int) -> dict[str, float]:
+        """A member's row of the population's scalar log, under the tags a run's log uses."""
+        out = {"population/node_group": float(self.member[gid].group)}
+        if self.recent[gid]:
+            out["episode/true_objective"] = float(np.mean(self.recent[gid]))
+        if self.pbt is not None and self.pbt.objectives().get(gid) is not None:
+            out["pbt/objective"] = float(self.pbt.objectives()[gid])
+        if gid in self.elo:
+            out["selfplay/elo"] = float(self.elo.rating(gid))
+        return out
+
+    def _ranks(self) -> list[Optional[float]]:
+        """Each member's value of what PBT ranks on (the recent objective without PBT)."""
+        if self.pbt is not None and self.rank_on == "elo":
+            return [self.elo.rating(g) if g in self.elo else None for g in range(len(self.recent))]
+        if self.pbt is not None and self.rank_on in ("snapshots", "scripted"):
+            ranked = self.pbt.objectives()
+            return [ranked.get(g) for g in range(len(self.recent))]
+        return [float(np.mean(r)) if r else None for r in self.recent]
+
+    def best_member(self) -> Optional[int]:
+        """The member with the best value of what PBT ranks on (ties: the lowest id)."""
+        ranks = [(v, -g) for g, v in enumerate(self._ranks()) if v is not None]
+        return -max(ranks)[1] if ranks else None
+
+    def _summary(self) -> dict[str, Any]:
+        """summary.json of the population, with global ids, as a run on one machine writes it
+        (the figures the driver has: env steps and the episodes' objectives)."""
+        policies = {}
+        for gid, recent in enumerate(self.recent):
+            mean = float(np.mean(recent)) if recent else None
+            policies[str(gid)] = {
+                "env_steps": int(self.env_steps[gid]),
+                "mean_objective": mean,
+                "recent_objectives": [float(v) for v in recent],
+                "node_group": self.member[gid].group,
+            }
+        return {"policies": policies, "best_policy": self.best_member()}
 
     def _save_population(self, statuses: list) -> None:
         across = [round(s, 4) for _, s, a in self.copy_latencies if a]

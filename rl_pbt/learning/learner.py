@@ -36,6 +36,7 @@ from rl_pbt.learning.advantages import (
     bootstrap_time_limits,
     credit_to_decisions,
     gae,
+    scale_rewards,
     vtrace,
 )
 from rl_pbt.learning.checkpoints import load_latest_checkpoint, write_checkpoint
@@ -340,6 +341,7 @@ class Learner:
         obs = {k[4:]: v[:, :t] for k, v in batch.items() if k.startswith("obs.")}
         actions, old_logp = batch["actions"], batch["log_probs"]
         rewards, dones, values_raw = batch["rewards"], batch["dones"], batch["values"]
+        scaled = scale_rewards(rewards, cfg.reward_scale, cfg.reward_clip)
         valid = batch["valid"]
         own = valid & (batch["policy_id"] == self.policy_id)
         lag = self.version - batch["policy_version"]
@@ -369,7 +371,7 @@ class Learner:
                     )
                 cur_values = model.denormalize_value(cur_v.float())
                 log_rhos = torch.where(mask, cur_logp.float() - old_logp, 0.0)
-                step_rewards, step_dones, turns = rewards.T, dones.T, None
+                step_rewards, step_dones, turns = scaled.T, dones.T, None
                 if cfg.value_bootstrap:
                     step_rewards = self._bootstrap_cuts(batch, step_rewards, cur_values.T)
                 if self.turn_taking:  # over each agent's own decisions
@@ -388,7 +390,7 @@ class Learner:
                 returns, adv = vs.T, adv.T
             else:
                 turns = valid.T if self.turn_taking else None
-                step_rewards = rewards.T
+                step_rewards = scaled.T
                 if cfg.value_bootstrap:
                     step_rewards = self._bootstrap_cuts(batch, step_rewards, values_raw[:, :t].T)
                 adv, returns = gae(

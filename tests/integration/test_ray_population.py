@@ -16,6 +16,7 @@ import time
 
 import pytest
 
+from launch import report
 from launch import train as train_cli
 from rl_pbt import parse_cfg, train
 from rl_pbt.learning.checkpoints import latest_checkpoint
@@ -118,6 +119,21 @@ def test_population_over_two_nodes(cluster, tmp_path, capsys):
     assert across, "no copy between node groups"
     assert all(c["bit_exact"] for c in across), across
     assert all(c["source_group"] != c["target_group"] for c in across)
+
+    # the population's summary.json and scalar log, with global ids: what the report reads
+    summary = json.loads(read(os.path.join(exp, "summary.json")))
+    assert sorted(summary["policies"]) == ["0", "1", "2", "3"]
+    objectives = population["objectives"]
+    assert summary["best_policy"] == objectives.index(max(objectives))
+    rows = [
+        json.loads(line)
+        for line in read(os.path.join(exp, "stats", "scalars.jsonl")).split("\n")
+        if line
+    ]
+    assert {r["policy"] for r in rows if "episode/true_objective" in r["scalars"]} == {0, 1, 2, 3}
+    assert report.main(["--experiment=pop", f"--train_dir={tmp_path}"]) == 0
+    said = capsys.readouterr().out
+    assert "not written yet" not in said and "scalars.jsonl is missing" not in said, said
 
     # enjoy and match find member 3 in its node group's folder
     assert checkpoint_dir(exp, 3) == os.path.join(exp, "groups", "g1", "checkpoint_p1")
@@ -289,6 +305,22 @@ def test_the_driver_ranks_games_of_every_group_under_global_names(tmp_path):
     assert driver.elo.games(3) == 2 and driver.elo.games(2) == 2
     assert driver.elo.rating(3) > driver.elo.rating(2)
     assert driver.recent[2] == [0.7]  # episodes still make the objectives shown
+    # the population's summary.json and scalar log, global ids; PBT's best is the best member
+    driver.env_steps = [100, 100, 100, 100]
+    driver._write_summaries()
+    summary = read_json(os.path.join(driver.exp_dir, "summary.json"))
+    assert summary["best_policy"] == 3  # 1.0 against snapshots (member 2 has the best episode)
+    assert summary["policies"]["2"]["mean_objective"] == 0.7
+    assert summary["policies"]["3"]["node_group"] == 1
+    with open(os.path.join(driver.exp_dir, "stats", "scalars.jsonl")) as f:
+        rows = [json.loads(line) for line in f]
+    assert [r["policy"] for r in rows] == [0, 1, 2, 3]
+    assert rows[2]["scalars"]["episode/true_objective"] == 0.7
+    assert rows[3]["scalars"]["pbt/objective"] == 1.0
+    driver._write_summaries()  # no new steps: no new rows
+    with open(os.path.join(driver.exp_dir, "stats", "scalars.jsonl")) as f:
+        assert len(f.readlines()) == 4
+    driver.scalars.close()
 
 
 def test_ray_address_without_ray_is_one_line_naming_the_extra(tmp_path, monkeypatch, capsys):

@@ -248,6 +248,16 @@ def test_config_naming_an_unregistered_env(copy_of, capsys):
     assert "--env='NoSuch-v9'" not in line and "--env=NoSuch-v9" not in line
 
 
+def test_replay_of_a_run_on_an_unregistered_env_says_to_register_it(copy_of, capsys):
+    td = copy_of("pbt")
+    config = td / "pbt" / "config.json"
+    config.write_text(json.dumps({**json.loads(config.read_text()), "env": "my_env"}))
+    argv = [f"--train_dir={td}", "--from_experiment=pbt", "--policy=1"]
+    words = [str(config), "'my_env'", "register_env('my_env', ...)", "launch.replay.main"]
+    fails(capsys, replay.main, argv, *words)
+    assert not (td / "pbt_p1_replay").exists()
+
+
 # ---------------------------------------------------------------------------- report notes
 
 

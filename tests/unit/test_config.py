@@ -207,7 +207,8 @@ def test_sample_factory_names_are_accepted_with_a_note(capsys):
     assert "--async_rl" in err and "--wandb_user" in err and "--wandb_entity" in err
     assert cfg.wandb_entity == "me"
     assert not any(hasattr(cfg, f.name) for f in FOREIGN_FLAGS)  # nothing foreign is kept
-    assert len(err.strip().splitlines()) == 4  # one line each
+    assert len(err.strip().splitlines()) == 5  # one line each
+    assert "--wandb_entity: no effect without --with_wandb" in err  # set by --wandb_user
 
 
 @pytest.mark.parametrize(
@@ -392,3 +393,21 @@ def test_a_file_flag_names_a_file_shipped_in_configs_as_a_preset_does(tmp_path, 
     (tmp_path / "shaping_only.json").write_text("{}")  # a file of the user's wins
     cfg = parse_cfg(["--env=CartPole-v1", "--pbt_search_space=shaping_only.json"])
     assert cfg.pbt_search_space == "shaping_only.json"
+
+
+def test_flags_that_change_nothing_get_a_note(capsys):
+    import envs  # noqa: F401  (connect four has a mirror)
+
+    parse_cfg(
+        ["--env=CartPole-v1", "--wandb_project=x", "--pbt_target_objective=elo"]
+        + ["--pbt_period_env_steps=1000", "--mirror_symmetry=True"]
+    )
+    err = capsys.readouterr().err.splitlines()
+    assert err == [
+        "note: --wandb_project: no effect without --with_wandb",
+        "note: --pbt_period_env_steps, --pbt_target_objective: no effect without --with_pbt",
+        "note: --mirror_symmetry: no effect, env CartPole-v1 has no mirror",
+    ]
+    parse_cfg(["--env=connect_four", "--mirror_symmetry=True"])
+    parse_cfg(["--env=CartPole-v1", "--num_policies=2", "--with_pbt", "--pbt_period_env_steps=9"])
+    assert capsys.readouterr().err == ""

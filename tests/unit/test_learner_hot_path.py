@@ -467,3 +467,30 @@ def test_cuda_hot_path(tmp_path):
     )
     done = subprocess.run([sys.executable, "-c", code], cwd=root, capture_output=True, text=True)
     assert done.returncode == 0, done.stdout[-4000:] + done.stderr[-8000:]
+
+
+@pytest.mark.parametrize("vtrace", [False, True])
+def test_reward_scale_and_clip_train_as_rewards_scaled_by_hand(tmp_path, vtrace):
+    """--reward_scale=0.5 --reward_clip=0.6 trains exactly as the defaults do on the same data
+    with each reward halved and clipped to [-0.6, 0.6] by hand."""
+    flags = [f"--with_vtrace={vtrace}"]
+    a = make_learner(tmp_path, *flags, "--reward_scale=0.5", "--reward_clip=0.6", seed=7)
+    b = make_learner(tmp_path, *flags, seed=7)
+    for learner in (a, b):
+        slots = fill(learner, torch.Generator().manual_seed(0), 2 * learner.traj_per_iteration)
+    rewards = b.buffers.rewards[slots]
+    assert rewards.abs().max() > 1.2  # the clip matters for some rewards
+    by_hand = np.clip(rewards.numpy() * np.float32(0.5), -0.6, 0.6).astype(np.float32)
+    b.buffers.rewards[slots] = torch.from_numpy(by_hand)
+    losses = []
+    for learner in (a, b):
+        learner.train_if_ready()
+        learner.train_if_ready()
+        losses.append(learner.stats["value_loss"])
+    assert losses[0] == losses[1]
+    assert_same_weights(a, b)
+    c = make_learner(tmp_path, *flags, seed=7)  # the raw rewards train otherwise
+    fill(c, torch.Generator().manual_seed(0), 2 * c.traj_per_iteration)
+    c.train_if_ready()
+    c.train_if_ready()
+    assert any(not torch.equal(x, y) for x, y in zip(a.model.parameters(), c.model.parameters()))
