@@ -7,15 +7,18 @@ registered only when the `vizdoom` package is installed (`pip install -e ".[doom
 import importlib
 import importlib.util
 
-for _module in (
-    "envs.gym_envs",
-    "envs.lure",
-    "envs.arena",
-    "envs.pettingzoo_adapter",
-    "envs.connect_four",
-):
-    if importlib.util.find_spec(_module) is not None:
-        importlib.import_module(_module)
+from rl_pbt.envs.registry import builtin_registration
 
-if importlib.util.find_spec("vizdoom") is not None and importlib.util.find_spec("envs.vizdoom"):
-    importlib.import_module("envs.vizdoom")
+with builtin_registration():  # an env a script registered under one of these names stays
+    for _module in (
+        "envs.gym_envs",
+        "envs.lure",
+        "envs.arena",
+        "envs.pettingzoo_adapter",
+        "envs.connect_four",
+    ):
+        if importlib.util.find_spec(_module) is not None:
+            importlib.import_module(_module)
+
+    if importlib.util.find_spec("vizdoom") is not None and importlib.util.find_spec("envs.vizdoom"):
+        importlib.import_module("envs.vizdoom")

@@ -455,10 +455,23 @@ def parse_cfg(
     return cfg
 
 
+# flags only the PBT manager reads (--pbt_target_objective and --pbt_mix_policies_in_one_env
+# also shape games and logs without PBT)
+PBT_ONLY_FLAGS = frozenset(
+    (
+        "pbt_period_env_steps pbt_start_mutation pbt_replace_fraction pbt_mutation_rate "
+        "pbt_replace_reward_gap pbt_replace_reward_gap_absolute pbt_exploit "
+        "pbt_resample_probability pbt_search_space pbt_objective_window pbt_ttest_min_episodes "
+        "pbt_ttest_alpha pbt_mutate_reference_policy pbt_init_random pbt_optimize_gamma "
+        "pbt_perturb_min pbt_perturb_max"
+    ).split()
+)
+
+
 def idle_flag_notes(values: dict[str, Any], set_here: Iterable[str], env_name: str) -> list[str]:
     """Notes on flags given (on the command line or in a preset) that change nothing with the
-    other values: W&B flags without --with_wandb, PBT flags without --with_pbt (a replay's own
-    excepted), --mirror_symmetry for an env without a mirror."""
+    other values: W&B flags without --with_wandb, the PBT manager's flags without --with_pbt
+    (or a replay), --mirror_symmetry for an env without a mirror."""
     from rl_pbt.envs.registry import env_symmetry  # avoid cycle
 
     given = sorted(set(set_here))
@@ -466,9 +479,8 @@ def idle_flag_notes(values: dict[str, Any], set_here: Iterable[str], env_name: s
     idle = [k for k in given if k.startswith("wandb_")] if not values.get("with_wandb") else []
     if idle:
         notes.append(f"{_listed(idle)}: no effect without --with_wandb")
-    replay = values.get("pbt_replay_lineage")
-    if not values.get("with_pbt") and not replay:
-        idle = [k for k in given if k.startswith("pbt_") and not k.startswith("pbt_replay")]
+    if not values.get("with_pbt") and not values.get("pbt_replay_lineage"):
+        idle = [k for k in given if k in PBT_ONLY_FLAGS]
         if idle:
             notes.append(f"{_listed(idle)}: no effect without --with_pbt")
     if "mirror_symmetry" in given and values.get("mirror_symmetry") and env_name:

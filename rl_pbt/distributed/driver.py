@@ -162,7 +162,7 @@ class PopulationDriver:
         # groups Ray restarted: their members' counts before, and at the resume
         self.restarts: list[dict[str, Any]] = before.get("group_restarts", [])
         self._resuming: dict[int, dict[str, Any]] = {}  # group -> its restart record
-        self.recent: list[list[float]] = [[] for _ in range(cfg.num_policies)]
+        self.recent: list[list[float]] = _recent_objectives(self.exp_dir, cfg.num_policies)
         self.writers: dict[int, Any] = {}  # member -> its TensorBoard writer
         # the population's scalar log and summary.json (global ids; each group keeps its own
         # under groups/gK with its local ids): what rl-pbt-report reads
@@ -653,7 +653,7 @@ class PopulationDriver:
     def _ranks(self) -> list[Optional[float]]:
         """Each member's value of what PBT ranks on (the recent objective without PBT)."""
         if self.pbt is not None and self.rank_on == "elo":
-            return [self.elo.rating(g) if g in self.elo else None for g in range(len(self.recent))]
+            return [self.elo.rating(g) for g in range(len(self.recent))]  # as PBT ranks them
         if self.pbt is not None and self.rank_on in ("snapshots", "scripted"):
             ranked = self.pbt.objectives()
             return [ranked.get(g) for g in range(len(self.recent))]
@@ -700,6 +700,20 @@ class PopulationDriver:
                 "objectives": [float(np.mean(r)) if r else None for r in self.recent],
             },
         )
+
+
+def _recent_objectives(exp_dir: str, n: int) -> list[list[float]]:
+    """Each member's recent objectives from the summary.json of the run before (a resume goes
+    on from them), empty lists for a new run or a summary of another shape."""
+    recent: list[list[float]] = [[] for _ in range(n)]
+    try:
+        policies = read_json(os.path.join(exp_dir, "summary.json"), {}).get("policies", {})
+        for gid in range(n):
+            values = policies.get(str(gid), {}).get("recent_objectives") or []
+            recent[gid] = [float(v) for v in values][-100:]
+    except (OSError, ValueError, TypeError, AttributeError):
+        return [[] for _ in range(n)]
+    return recent
 
 
 def ranking(cfg: Cfg, probe) -> tuple[str, Optional[str]]:

@@ -6,6 +6,7 @@ spawned processes can re-create envs; `envs/` integrations register themselves o
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import difflib
 import importlib
@@ -41,8 +42,9 @@ class EnvEntry:
 
 _REGISTRY: dict[str, EnvEntry] = {}
 # the built-in envs (the `envs` package installed beside rl_pbt): registered on the first name
-# the registry lacks; `hidden_by` is another `envs` package that Python finds first
-_BUILTINS: dict[str, Any] = {"loaded": False, "loading": False, "hidden_by": None}
+# the registry lacks; `hidden_by` is another `envs` package that Python finds first; `kept`:
+# built-in names a script had registered before, which stay the script's
+_BUILTINS: dict[str, Any] = {"loaded": False, "loading": False, "hidden_by": None, "kept": set()}
 # the fields of an entry that children need: what builds envs and models
 _FACTORIES = ("make_env", "make_batch", "obs_features", "symmetry")
 
@@ -82,7 +84,8 @@ def register_env(
     `--mirror_symmetry=False`. The env itself stays as it is.
     """
     if _BUILTINS["loading"] and name in _REGISTRY:
-        return  # a script's own env of a built-in's name stays
+        _BUILTINS["kept"].add(name)  # a script's own env of a built-in's name stays
+        return
     if not callable(make_env_func):
         raise TypeError(f"register_env({name!r}): make_env_func must be callable")
     if name in _REGISTRY and not overwrite:
@@ -131,11 +134,24 @@ def load_builtin_envs() -> None:
     if not any(os.path.realpath(f) == os.path.realpath(ours) for f in found):
         _BUILTINS["hidden_by"] = found[0]
         return
+    importlib.import_module("envs")
+
+
+@contextlib.contextmanager
+def builtin_registration():
+    """The built-in envs register inside this (envs/__init__.py): an env a script registered
+    before under a built-in's name stays the script's, with its own scripted players."""
+    before = _BUILTINS["loading"]
     _BUILTINS["loading"] = True
     try:
-        importlib.import_module("envs")
+        yield
     finally:
-        _BUILTINS["loading"] = False
+        _BUILTINS["loading"] = before
+
+
+def kept_from_builtins(name: str) -> bool:
+    """True while the built-ins register, for an env name a script had registered before."""
+    return _BUILTINS["loading"] and name in _BUILTINS["kept"]
 
 
 def _entry(name: str) -> Optional[EnvEntry]:

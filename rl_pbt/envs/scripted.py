@@ -50,8 +50,12 @@ def _make_random(env, seed: Optional[int] = None) -> RandomActor:
 
 def register_scripted_policy(env_name: str, name: str, make_fn: MakeScripted) -> None:
     """Register the scripted player `name` for `env_name` (re-registering replaces it)."""
+    from rl_pbt.envs.registry import kept_from_builtins  # avoid cycle
+
     if not name or ":" in name or "," in name or name == "random":
         raise ValueError(f"scripted player name {name!r}: a plain name, not 'random'")
+    if kept_from_builtins(env_name):
+        return  # the script's own env of a built-in's name: its players stay its own
     _SCRIPTED.setdefault(env_name, {})[name] = make_fn
 
 

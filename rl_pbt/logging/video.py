@@ -136,8 +136,10 @@ def render_problem(env, env_name: str) -> Optional[str]:
     if frame is None:
         return need
     shape = getattr(frame, "shape", None)
-    if shape is None or len(shape) not in (2, 3):
+    if shape is None:
         return f"{need} (it returned a {type(frame).__name__})"
+    if not (len(shape) == 2 or (len(shape) == 3 and shape[2] in (3, 4))):
+        return f"{need} (it returned an array of shape {tuple(shape)})"
     return None
 
 

@@ -762,7 +762,7 @@ class Runner:
             if self.control is not None:
                 self.control.fail_all("the node group's run ended")
         if status != 0 and self.jammed:
-            argv = jam_restart_argv(cfg)
+            argv = jam_restart_argv(cfg) if not self._time_spent() else None
             if argv is not None:
                 restart_whole_run(argv, self.budget_start)
         if self.control is not None:  # a node group: the population's driver says what's next
@@ -1076,7 +1076,7 @@ class Runner:
             for proc in self.processes:
                 if proc.is_alive():
                     proc.kill()
-            argv = jam_restart_argv(self.cfg)
+            argv = jam_restart_argv(self.cfg) if not self._time_spent() else None
             if argv is not None:
                 restart_whole_run(argv, self.budget_start)
             os._exit(1)
@@ -1151,7 +1151,7 @@ class Runner:
         self._consume_reports(raise_errors=False)
         self._save_side_state()
         self.stats.status_line(
-            self.env_steps, self.versions, time.time() - self.start_time, force=True
+            self.env_steps, self.versions, time.time() - self.budget_start, force=True
         )
 
     @staticmethod
@@ -1202,7 +1202,7 @@ class Runner:
         """Consume reports, print status, run PBT and self-play bookkeeping; True when done."""
         timeout = 0.0 if (final or self.cfg.serial_mode) else 0.05
         self._consume_reports(timeout)
-        elapsed = time.time() - self.start_time
+        elapsed = time.time() - self.budget_start  # the command's time, restarts included
         self.stats.status_line(self.env_steps, self.versions, elapsed)
         self.stats.maybe_write_summaries(self.env_steps, self.pbt)
         if final:
@@ -1218,7 +1218,7 @@ class Runner:
         done = min(self.env_steps) >= self.cfg.train_for_env_steps
         if self.control is not None and self.control.stop_requested:
             done = True
-        if time.time() - self.budget_start > self.cfg.train_for_seconds:
+        if self._time_spent():
             log(f"--train_for_seconds={self.cfg.train_for_seconds} reached")
             done = True
         if done and self.cfg.serial_mode:
@@ -1331,7 +1331,13 @@ class Runner:
         )
 
     def _ratings(self) -> dict[int, float]:
-        return {p: self.elo.rating(p) for p in range(self.num_policies) if p in self.elo}
+        """Every member's rating as PBT ranks on it (the starting rating before any game)."""
+        return {p: self.elo.rating(p) for p in range(self.num_policies)}
+
+    def _time_spent(self) -> bool:
+        """--train_for_seconds is over, counted from the command's start (restarts included):
+        the run stops, and a jam does not restart it."""
+        return time.time() - self.budget_start > self.cfg.train_for_seconds
 
     def _pbt_step(self) -> None:
         ratings = None

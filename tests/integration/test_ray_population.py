@@ -321,6 +321,8 @@ def test_the_driver_ranks_games_of_every_group_under_global_names(tmp_path):
     with open(os.path.join(driver.exp_dir, "stats", "scalars.jsonl")) as f:
         assert len(f.readlines()) == 4
     driver.scalars.close()
+    # a resume goes on from the recent objectives the summary holds
+    assert PopulationDriver(cfg).recent == [[], [], [0.7], []]
 
 
 def test_ray_address_without_ray_is_one_line_naming_the_extra(tmp_path, monkeypatch, capsys):

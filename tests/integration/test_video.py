@@ -114,6 +114,7 @@ class _Renders:
         (None, None),
         (RuntimeError("no display"), "render() raised RuntimeError: no display"),
         ("a string", "it returned a str"),
+        (np.zeros((3, 64, 64), np.uint8), "it returned an array of shape (3, 64, 64)"),
     ],
 )
 def test_an_env_that_renders_no_frames_is_one_line(how, words):
@@ -127,3 +128,4 @@ def test_an_env_that_renders_no_frames_is_one_line(how, words):
 def test_an_env_that_renders_images_passes():
     assert video.render_problem(_Renders(np.zeros((4, 5, 3), np.uint8)), "my_env") is None
     assert video.render_problem(_Renders(np.zeros((4, 5), np.uint8)), "my_env") is None
+    assert video.render_problem(_Renders(np.zeros((4, 5, 4), np.uint8)), "my_env") is None

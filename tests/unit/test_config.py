@@ -399,15 +399,18 @@ def test_flags_that_change_nothing_get_a_note(capsys):
     import envs  # noqa: F401  (connect four has a mirror)
 
     parse_cfg(
-        ["--env=CartPole-v1", "--wandb_project=x", "--pbt_target_objective=elo"]
+        ["--env=CartPole-v1", "--wandb_project=x", "--pbt_exploit=ttest"]
         + ["--pbt_period_env_steps=1000", "--mirror_symmetry=True"]
     )
     err = capsys.readouterr().err.splitlines()
     assert err == [
         "note: --wandb_project: no effect without --with_wandb",
-        "note: --pbt_period_env_steps, --pbt_target_objective: no effect without --with_pbt",
+        "note: --pbt_exploit, --pbt_period_env_steps: no effect without --with_pbt",
         "note: --mirror_symmetry: no effect, env CartPole-v1 has no mirror",
     ]
     parse_cfg(["--env=connect_four", "--mirror_symmetry=True"])
+    # a target that picks the games or the logged objective works without PBT
+    parse_cfg(["--env=connect_four", "--pbt_target_objective=vs_scripted:alphabeta"]
+              + ["--selfplay_scripted_prob=0.2"])  # fmt: skip
     parse_cfg(["--env=CartPole-v1", "--num_policies=2", "--with_pbt", "--pbt_period_env_steps=9"])
     assert capsys.readouterr().err == ""
