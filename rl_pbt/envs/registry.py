@@ -155,9 +155,17 @@ def kept_from_builtins(name: str) -> bool:
 
 
 def _entry(name: str) -> Optional[EnvEntry]:
-    if name not in _REGISTRY:
+    """The registered entry of `name`; the built-ins are loaded first when the name is neither
+    registered nor a gymnasium id (a child process making a gymnasium env imports no more)."""
+    if name not in _REGISTRY and not _BUILTINS["loaded"] and not _is_gym_id(name):
         load_builtin_envs()
     return _REGISTRY.get(name)
+
+
+def _is_gym_id(name: str) -> bool:
+    import gymnasium
+
+    return name in gymnasium.envs.registry
 
 
 def registered_envs() -> list[str]:
