@@ -131,9 +131,12 @@ def test_population_over_two_nodes(cluster, tmp_path, capsys):
         if line
     ]
     assert {r["policy"] for r in rows if "episode/true_objective" in r["scalars"]} == {0, 1, 2, 3}
-    assert report.main(["--experiment=pop", f"--train_dir={tmp_path}"]) == 0
-    said = capsys.readouterr().out
-    assert "not written yet" not in said and "scalars.jsonl is missing" not in said, said
+    # the report reads them as a local run's: a curve and a final objective per member
+    run = report.load_run(exp)
+    assert sorted(report.curves_for(run.timelines, "episode/true_objective")) == [0, 1, 2, 3]
+    _, table, source = report.final_rows(run)
+    assert len(table) == 4 and run.summary and not run.problems, (table, run.problems)
+    assert all(r["objective"] is not None for r in table), table
 
     # enjoy and match find member 3 in its node group's folder
     assert checkpoint_dir(exp, 3) == os.path.join(exp, "groups", "g1", "checkpoint_p1")
