@@ -644,8 +644,9 @@ class PopulationDriver:
         out = {"population/node_group": float(self.member[gid].group)}
         if self.recent[gid]:
             out["episode/true_objective"] = float(np.mean(self.recent[gid]))
-        if self.pbt is not None and self.pbt.objectives().get(gid) is not None:
-            out["pbt/objective"] = float(self.pbt.objectives()[gid])
+        ranked = self.pbt.objectives().get(gid) if self.pbt is not None else None
+        if ranked is not None:
+            out["pbt/objective"] = float(ranked)
         if gid in self.elo:
             out["selfplay/elo"] = float(self.elo.rating(gid))
         return out

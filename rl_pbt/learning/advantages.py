@@ -60,8 +60,6 @@ def credit_to_decisions(rewards: Tensor, dones: Tensor, valid: Tensor) -> tuple[
 def scale_rewards(rewards: Tensor, scale: float, clip: float) -> Tensor:
     """Rewards as the returns see them: times `scale`, then clipped to [-clip, clip]
     (--reward_scale, --reward_clip). A NaN stays NaN, so the learner's check still sees it."""
-    if scale == 1.0 and clip == float("inf"):
-        return rewards
     return (rewards * scale).clamp(-clip, clip)
 
 

@@ -23,19 +23,27 @@ def run(code: str, cwd: Path) -> subprocess.CompletedProcess:
     )
 
 
+# a script's own env under a built-in's name, with its own scripted player of a built-in name
+OWN_ARENA = """
+from rl_pbt import register_env, register_scripted_policy
+from rl_pbt.envs import scripted
+from rl_pbt.envs.registry import make_env
+def mine(name, cfg, env_config, render_mode=None):
+    return "mine"
+def my_chaser(env, seat, rng):
+    return None
+register_env("arena_duel", mine)
+register_scripted_policy("arena_duel", "chaser", my_chaser)
+"""
+
+
 def test_a_script_gets_the_built_in_envs_and_presets_and_keeps_its_own(tmp_path):
     out = run(
-        """
+        OWN_ARENA
+        + textwrap.dedent(
+            """
         import sys
-        from rl_pbt import parse_cfg, register_env, register_scripted_policy
-        from rl_pbt.envs import scripted
-        from rl_pbt.envs.registry import make_env
-        def mine(name, cfg, env_config, render_mode=None):
-            return "mine"
-        def my_chaser(env, seat, rng):
-            return None
-        register_env("arena_duel", mine)
-        register_scripted_policy("arena_duel", "chaser", my_chaser)
+        from rl_pbt import parse_cfg
         assert "envs" not in sys.modules
         cfg = parse_cfg(["--env=connect_four", "--random_opening_moves=2"])
         print(cfg.env, cfg.random_opening_moves)
@@ -43,28 +51,23 @@ def test_a_script_gets_the_built_in_envs_and_presets_and_keeps_its_own(tmp_path)
         print(cfg.env, cfg.with_pbt)
         print(make_env("arena_duel", None, {}))
         assert scripted._SCRIPTED["arena_duel"] == {"chaser": my_chaser}
-        """,
+        """
+        ),
         tmp_path,
     )
     assert out.returncode == 0, out.stderr[-2000:]
     assert out.stdout.split() == ["connect_four", "2", "lure", "True", "mine"]
     # the commands import the built-ins themselves (launch.enjoy here): the same holds
     out = run(
-        """
-        from rl_pbt import register_env, register_scripted_policy
-        from rl_pbt.envs import scripted
-        from rl_pbt.envs.registry import make_env
-        def mine(name, cfg, env_config, render_mode=None):
-            return "mine"
-        def my_chaser(env, seat, rng):
-            return None
-        register_env("arena_duel", mine)
-        register_scripted_policy("arena_duel", "chaser", my_chaser)
+        OWN_ARENA
+        + textwrap.dedent(
+            """
         from launch import enjoy
         print(make_env("arena_duel", None, {}), make_env("connect_four", None, {}) is not None)
         assert scripted._SCRIPTED["arena_duel"] == {"chaser": my_chaser}
         assert "alphabeta" in scripted._SCRIPTED["connect_four"]
-        """,
+        """
+        ),
         tmp_path,
     )
     assert out.returncode == 0, out.stderr[-2000:]
