@@ -156,70 +156,16 @@ def test_population_over_two_nodes(cluster, tmp_path, capsys):
     assert read(os.path.join(exp, "pbt", "lineage.jsonl")) == lineage
 
 
-def test_checkpoints_travel_between_node_folders_and_the_experiment_folder(
-    cluster, tmp_path, capsys
-):
-    """Node groups keep their runs in a folder the driver does not see (--ray_node_dir, as on
-    another node's disk): every member's newest checkpoint reaches the experiment folder
-    through the object store, and a re-run whose nodes lost their folders resumes from there."""
-    node = tmp_path / "node"
-    flags = [
-        "--env=CartPole-v1",
-        *CARTPOLE_LEARN,
-        "--num_policies=4",
-        "--policies_per_node=2",
-        "--num_workers=1",
-        "--train_for_env_steps=20000",
-        "--save_every_sec=2",
-        "--seed=4",
-        f"--ray_address={cluster.address}",
-        f"--train_dir={tmp_path / 'driver'}",
-        f"--ray_node_dir={node}",
-        "--experiment=far",
-    ]
-    assert train(parse_cfg(flags)) == 0
-    exp = os.path.join(tmp_path, "driver", "far")
-    names = {}
-    for gid in range(4):
-        g, m = divmod(gid, 2)
-        on_node = latest_checkpoint(
-            os.path.join(node, "far", "groups", f"g{g}", f"checkpoint_p{m}")
-        )
-        here = latest_checkpoint(checkpoint_dir(exp, gid))
-        assert on_node is not None and here is not None, gid
-        assert os.path.basename(here) == os.path.basename(on_node), gid
-        with open(here, "rb") as a, open(on_node, "rb") as b:
-            assert a.read() == b.read(), f"member {gid}'s copy differs"
-        names[gid] = os.path.basename(here)
-    population = json.loads(read(os.path.join(exp, "population.json")))
-    assert population["checkpoints_fetched_from_groups"]["files"] >= 4
-    assert population["checkpoints_sent_to_groups"]["files"] == 0
-    steps = population["env_steps"]
-    assert min(steps) >= 20000
-
-    shutil.rmtree(node)  # the nodes lost their disks: a re-run gets the checkpoints from here
-    capsys.readouterr()
-    assert train(parse_cfg(flags)) == 0
-    out = capsys.readouterr().out
-    for g in (0, 1):
-        assert f"node group {g}: its node lacks the newest checkpoints" in out
-    again = json.loads(read(os.path.join(exp, "population.json")))
-    assert again["checkpoints_sent_to_groups"]["files"] == 4
-    # every member resumed where it was, so its budget was already met: no training again
-    for gid in range(4):
-        g, m = divmod(gid, 2)
-        on_node = latest_checkpoint(
-            os.path.join(node, "far", "groups", f"g{g}", f"checkpoint_p{m}")
-        )
-        assert on_node is not None and os.path.basename(on_node) == names[gid], gid
-    assert all(b >= a for a, b in zip(steps, again["env_steps"]))
-
-
-def test_self_play_snapshots_travel_between_node_groups(cluster, tmp_path):
-    """Arena self-play in 2 groups: each group's frozen snapshots join the other group's pool
-    of opponents, and games are played against them there."""
+def test_self_play_over_node_folders_the_driver_cannot_see(cluster, tmp_path, capsys):
+    """Arena self-play in 2 node groups that keep their runs in a folder the driver does not
+    see (--ray_node_dir, as on another node's disk). Each group's frozen snapshots join the
+    other group's pool of opponents, and games are played against them there. Every member's
+    newest checkpoint reaches the experiment folder through the object store, and a re-run
+    whose nodes lost their folders resumes from there. (One run for both: a population over
+    Ray takes about 20 s to start and train here.)"""
     import envs  # noqa: F401  (registers the arena)
 
+    node = tmp_path / "node"
     flags = [
         "--env=arena_duel",
         "--num_policies=4",
@@ -229,19 +175,23 @@ def test_self_play_snapshots_travel_between_node_groups(cluster, tmp_path):
         "--selfplay_snapshot_prob=0.5",
         "--selfplay_snapshot_every_env_steps=4000",
         "--train_for_env_steps=30000",
+        "--save_every_sec=2",
         "--with_pbt",
         "--pbt_target_objective=elo",  # rated over the whole population, by the driver
         "--seed=5",
         f"--ray_address={cluster.address}",
-        f"--train_dir={tmp_path}",
+        f"--train_dir={tmp_path / 'driver'}",
+        f"--ray_node_dir={node}",
         "--experiment=sp",
     ]
     assert train(parse_cfg(flags)) == 0
-    exp = os.path.join(tmp_path, "sp")
+    exp = os.path.join(tmp_path, "driver", "sp")
     population = json.loads(read(os.path.join(exp, "population.json")))
+
+    # snapshots: each group played the other group's members' snapshots
     assert population["snapshots_shared_between_groups"] >= 2
     for g, others in (("g0", ("m2", "m3")), ("g1", ("m0", "m1"))):
-        elo = json.loads(read(os.path.join(exp, "groups", g, "elo.json")))
+        elo = json.loads(read(os.path.join(node, "sp", "groups", g, "elo.json")))
         # entries: [player, rating, games]; the other group's members' snapshots played here
         foreign = [
             games
@@ -258,6 +208,37 @@ def test_self_play_snapshots_travel_between_node_groups(cluster, tmp_path):
     for m in range(4):
         assert any(k.startswith(f"snap:m{m}@") for k in rated), (m, rated)
     assert not any(k.startswith("snap:") and not k.startswith("snap:m") for k in rated), rated
+
+    # checkpoints: the newest of every member, on its node and in the experiment folder alike
+    names = {}
+    for gid in range(4):
+        g, m = divmod(gid, 2)
+        on_node = latest_checkpoint(os.path.join(node, "sp", "groups", f"g{g}", f"checkpoint_p{m}"))
+        here = latest_checkpoint(checkpoint_dir(exp, gid))
+        assert on_node is not None and here is not None, gid
+        assert os.path.basename(here) == os.path.basename(on_node), gid
+        with open(here, "rb") as a, open(on_node, "rb") as b:
+            assert a.read() == b.read(), f"member {gid}'s copy differs"
+        names[gid] = os.path.basename(here)
+    assert population["checkpoints_fetched_from_groups"]["files"] >= 4
+    assert population["checkpoints_sent_to_groups"]["files"] == 0
+    steps = population["env_steps"]
+    assert min(steps) >= 30000
+
+    shutil.rmtree(node)  # the nodes lost their disks: a re-run gets the checkpoints from here
+    capsys.readouterr()
+    assert train(parse_cfg(flags)) == 0
+    out = capsys.readouterr().out
+    for g in (0, 1):
+        assert f"node group {g}: its node lacks the newest checkpoints" in out
+    again = json.loads(read(os.path.join(exp, "population.json")))
+    assert again["checkpoints_sent_to_groups"]["files"] == 4
+    # every member resumed where it was, so its budget was already met: no training again
+    for gid in range(4):
+        g, m = divmod(gid, 2)
+        on_node = latest_checkpoint(os.path.join(node, "sp", "groups", f"g{g}", f"checkpoint_p{m}"))
+        assert on_node is not None and os.path.basename(on_node) == names[gid], gid
+    assert all(b >= a for a, b in zip(steps, again["env_steps"]))
 
 
 def test_the_driver_ranks_games_of_every_group_under_global_names(tmp_path):
