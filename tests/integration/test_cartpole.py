@@ -3,6 +3,8 @@
 import json
 import os
 
+import pytest
+
 from rl_pbt import parse_cfg, train
 from tests.small_run import CARTPOLE_LEARN, CARTPOLE_STEPS
 
@@ -63,6 +65,9 @@ def test_serial_one_policy_learns(tmp_path):
     assert mean_return >= 195, f"mean of last 20 episodes {mean_return}"
 
 
+# 22-33 s: by hand (-m slow); CI checks the critic's own layers in
+# tests/unit/test_models.py::test_critic_of_its_own_keeps_the_losses_apart
+@pytest.mark.slow
 def test_serial_critic_of_its_own_learns(tmp_path):
     """--actor_critic_share_weights=False end to end: the critic's own layers train beside the
     policy's (fused acting, learner, checkpoints) and the policy learns as well."""

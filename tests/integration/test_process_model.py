@@ -54,9 +54,10 @@ def summary(exp_dir):
         # forkserver starts children as spawn does, from a clean process: by hand (-m slow)
         pytest.param(["--mp_start_method=forkserver"], marks=pytest.mark.slow),
         ["--mp_start_method=spawn"],
-        # the inference process costs twice the time of local acting on the CPU: one policy
-        # (two workers still share its forward passes)
-        ["--inference=device", "--num_policies=1"],
+        # learning with the inference process: by hand (-m slow); CI checks its batching in
+        # test_the_inference_process_batches_requests_of_several_workers and its learning in
+        # test_action_mask_learning (the masked bandit, inference_server)
+        pytest.param(["--inference=device", "--num_policies=1"], marks=pytest.mark.slow),
     ],
     ids=["forkserver", "spawn", "inference_device"],
 )
@@ -72,6 +73,20 @@ def test_cartpole_learns_under_each_start_method(tmp_path, extra):
         # one request holds one group of one worker (4 actors): more than that on average
         # means the server batched requests of several groups or workers per forward pass
         assert result["inference_batch_size"] > 4
+
+
+def test_the_inference_process_batches_requests_of_several_workers(tmp_path):
+    """--inference=device on the CPU, 2 workers x 8 envs and one policy: the run ends cleanly
+    and the server answered more actors per forward pass than one request holds (one group of
+    one worker, 4 actors), so it batched requests of several groups or workers."""
+    cfg = small_cfg(
+        tmp_path, "inf", "--inference=device", "--num_envs_per_worker=8",
+        "--train_for_env_steps=6000",
+    )  # fmt: skip
+    assert train(cfg) == 0
+    result = summary(os.path.join(tmp_path, "inf"))
+    assert result["policies"]["0"]["env_steps"] >= 6000
+    assert result["inference_batch_size"] > 4, result["inference_batch_size"]
 
 
 class _Recorder:
