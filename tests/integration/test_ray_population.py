@@ -210,14 +210,18 @@ def test_self_play_over_node_folders_the_driver_cannot_see(cluster, tmp_path, ca
     assert not any(k.startswith("snap:") and not k.startswith("snap:m") for k in rated), rated
 
     # checkpoints: the newest of every member, on its node and in the experiment folder alike
+    def on_node(gid: int):
+        """Member gid's newest checkpoint in its node group's folder (2 members a group)."""
+        g, m = divmod(gid, 2)
+        return latest_checkpoint(os.path.join(node, "sp", "groups", f"g{g}", f"checkpoint_p{m}"))
+
     names = {}
     for gid in range(4):
-        g, m = divmod(gid, 2)
-        on_node = latest_checkpoint(os.path.join(node, "sp", "groups", f"g{g}", f"checkpoint_p{m}"))
+        there = on_node(gid)
         here = latest_checkpoint(checkpoint_dir(exp, gid))
-        assert on_node is not None and here is not None, gid
-        assert os.path.basename(here) == os.path.basename(on_node), gid
-        with open(here, "rb") as a, open(on_node, "rb") as b:
+        assert there is not None and here is not None, gid
+        assert os.path.basename(here) == os.path.basename(there), gid
+        with open(here, "rb") as a, open(there, "rb") as b:
             assert a.read() == b.read(), f"member {gid}'s copy differs"
         names[gid] = os.path.basename(here)
     assert population["checkpoints_fetched_from_groups"]["files"] >= 4
@@ -235,9 +239,8 @@ def test_self_play_over_node_folders_the_driver_cannot_see(cluster, tmp_path, ca
     assert again["checkpoints_sent_to_groups"]["files"] == 4
     # every member resumed where it was, so its budget was already met: no training again
     for gid in range(4):
-        g, m = divmod(gid, 2)
-        on_node = latest_checkpoint(os.path.join(node, "sp", "groups", f"g{g}", f"checkpoint_p{m}"))
-        assert on_node is not None and os.path.basename(on_node) == names[gid], gid
+        there = on_node(gid)
+        assert there is not None and os.path.basename(there) == names[gid], gid
     assert all(b >= a for a, b in zip(steps, again["env_steps"]))
 
 
