@@ -55,6 +55,9 @@ def test_parallel_two_policies_learn(tmp_path):
         assert sum(first) / 20 >= 150, f"policy {p}: first 20 episodes after resume {first}"
 
 
+# serial mode learns in CI in test_action_mask_learning (the masked bandit, serial); CartPole in
+# serial mode (25-30 s) by hand (-m slow)
+@pytest.mark.slow
 def test_serial_one_policy_learns(tmp_path):
     cfg = parse_cfg(
         FLAGS + ["--serial_mode", "--num_workers=1", f"--train_dir={tmp_path}", "--experiment=cp1"]

@@ -48,16 +48,20 @@ def summary(exp_dir):
         return json.load(f)
 
 
+# Learning under each start method and through the inference process: by hand (-m slow, 35-45 s
+# each). CI checks that spawn children import an env registered in a test module and train it
+# (test_spawn_children_import_an_env_registered_in_a_test_module), that a user's script runs
+# under spawn and forkserver (test_env_registered_in_a_user_main_script), the server's batching
+# (test_the_inference_process_batches_requests_of_several_workers) and learning through it
+# (test_action_mask_learning, the masked bandit, inference_server); CartPole learning under fork
+# is in test_cartpole.
+@pytest.mark.slow
 @pytest.mark.parametrize(
     "extra",
     [
-        # forkserver starts children as spawn does, from a clean process: by hand (-m slow)
-        pytest.param(["--mp_start_method=forkserver"], marks=pytest.mark.slow),
+        ["--mp_start_method=forkserver"],
         ["--mp_start_method=spawn"],
-        # learning with the inference process: by hand (-m slow); CI checks its batching in
-        # test_the_inference_process_batches_requests_of_several_workers and its learning in
-        # test_action_mask_learning (the masked bandit, inference_server)
-        pytest.param(["--inference=device", "--num_policies=1"], marks=pytest.mark.slow),
+        ["--inference=device", "--num_policies=1"],
     ],
     ids=["forkserver", "spawn", "inference_device"],
 )
@@ -73,6 +77,19 @@ def test_cartpole_learns_under_each_start_method(tmp_path, extra):
         # one request holds one group of one worker (4 actors): more than that on average
         # means the server batched requests of several groups or workers per forward pass
         assert result["inference_batch_size"] > 4
+
+
+def test_spawn_children_import_an_env_registered_in_a_test_module(tmp_path):
+    """Spawn children start from a clean interpreter: they find local_cartpole by importing
+    this module and run the budget of both policies to the end."""
+    cfg = small_cfg(
+        tmp_path, "sp", "--mp_start_method=spawn", "--num_policies=2",
+        "--train_for_env_steps=6000",
+    )  # fmt: skip
+    assert train(cfg) == 0
+    result = summary(os.path.join(tmp_path, "sp"))
+    assert sorted(result["policies"]) == ["0", "1"]
+    assert all(s["env_steps"] >= 6000 for s in result["policies"].values()), result
 
 
 def test_the_inference_process_batches_requests_of_several_workers(tmp_path):
