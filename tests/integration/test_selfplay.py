@@ -20,7 +20,7 @@ def test_snapshots_play_and_are_rated(tmp_path):
             "--selfplay_snapshot_every_env_steps=5000",
             "--selfplay_snapshot_pool_size=3",
             "--matchmaking=elo",
-            "--train_for_env_steps=30000",
+            "--train_for_env_steps=20000",
             f"--train_dir={tmp_path}",
             "--experiment=sp",
             "--status_interval=30",
@@ -37,7 +37,7 @@ def test_snapshots_play_and_are_rated(tmp_path):
     assert sum(games[k] for k in snaps) > 0  # snapshots were actually played against
     with open(os.path.join(tmp_path, "sp", "summary.json")) as f:
         summary = json.load(f)
-    assert all(p["env_steps"] >= 30000 for p in summary["policies"].values())
+    assert all(p["env_steps"] >= 20000 for p in summary["policies"].values())
 
 
 def test_pbt_ranks_on_games_against_snapshots(tmp_path):
@@ -59,7 +59,7 @@ def test_pbt_ranks_on_games_against_snapshots(tmp_path):
             "--selfplay_snapshot_prob=0.5",
             "--selfplay_snapshot_every_env_steps=4000",
             "--selfplay_snapshot_pool_size=4",
-            "--train_for_env_steps=30000",
+            "--train_for_env_steps=20000",
             f"--train_dir={tmp_path}",
             "--experiment=vs",
             "--status_interval=30",
