@@ -34,7 +34,7 @@ FLAGS = [
     "--pbt_period_env_steps=20000",
     "--pbt_start_mutation=20000",
     "--num_workers=1",
-    "--train_for_env_steps=150000",
+    "--train_for_env_steps=100000",
     "--save_every_sec=3",
     "--seed=3",
 ]
@@ -111,7 +111,7 @@ def test_population_over_two_nodes(cluster, tmp_path, capsys):
         killed,
     )
     # every member trained its whole budget, the killed group's included
-    assert min(population["env_steps"]) >= 150_000
+    assert min(population["env_steps"]) >= 100_000
     # the population learned: its best member at the usual CartPole bar
     assert max(population["objectives"]) >= 195, population["objectives"]
     # PBT copied members across node groups, each checked bit for bit on arrival
