@@ -13,6 +13,11 @@ SMALL_RUN = [
     "32",
 ]
 
+# The short 4-member PBT run of tests/integration/conftest.py: its budget and PBT period (env
+# steps per member)
+SHORT_PBT_STEPS = 24000
+SHORT_PBT_PERIOD = 4000
+
 # The CartPole learning runs: CARTPOLE_STEPS frames per policy, judged on the mean of the last
 # 20 episodes (>= 195). The env flag is left to each test.
 CARTPOLE_STEPS = 200_000

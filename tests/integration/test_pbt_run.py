@@ -1,4 +1,5 @@
-"""A short 4-policy PBT run in parallel mode: replacements, mutations, shaping in envs."""
+"""A short 4-policy PBT run in parallel mode (tests/integration/conftest.py): replacements,
+mutations, shaping in envs, the replay of a member; PBT runs that are too short or seeded."""
 
 import glob
 import json
@@ -8,47 +9,17 @@ import pytest
 import torch
 
 from launch import replay
-from rl_pbt import parse_cfg, register_env, train
+from rl_pbt import parse_cfg, train
 from rl_pbt.learning.checkpoints import latest_checkpoint, read_checkpoint
 from rl_pbt.pbt import unflatten_shaping
 from rl_pbt.pbt.lineage import read_events, schedule_for
 from rl_pbt.pbt.search_space import is_shaping_key
-from tests.scripted_envs import ShapedCartPole
-from tests.small_run import SMALL_RUN
+from tests.small_run import SHORT_PBT_PERIOD, SHORT_PBT_STEPS, SMALL_RUN
 
 
-def make_shaped(name, cfg, env_config, render_mode=None):
-    return ShapedCartPole(env_config["env_id"])
-
-
-register_env("shaped_cartpole", make_shaped)
-
-
-def test_pbt_run_replaces_mutates_and_reaches_envs(tmp_path, monkeypatch):
-    log_dir = tmp_path / "shaping_log"
-    log_dir.mkdir()
-    monkeypatch.setenv("RL_PBT_SHAPING_LOG", str(log_dir))
-    cfg = parse_cfg(
-        [
-            "--env=shaped_cartpole",
-            "--with_pbt",
-            "--num_policies=4",
-            *SMALL_RUN,
-            "--pbt_period_env_steps=4000",
-            "--pbt_start_mutation=4000",
-            "--pbt_mutation_rate=0.5",
-            "--pbt_objective_window=20",
-            "--pbt_replace_reward_gap=0.05",
-            "--train_for_env_steps=24000",
-            "--learning_rate=1e-3",
-            f"--train_dir={tmp_path}",
-            "--experiment=pbt",
-            "--status_interval=30",
-            "--seed=5",
-        ]
-    )
-    assert train(cfg) == 0
-    exp = tmp_path / "pbt"
+def test_pbt_run_replaces_mutates_and_reaches_envs(short_pbt_run):
+    exp = short_pbt_run.exp
+    log_dir = short_pbt_run.shaping_log
     events = read_events(os.path.join(exp, "pbt", "lineage.jsonl"))
     replaced = [e for e in events if e["action"] == "replace"]
     mutated = [e for e in events if e["action"] in ("replace", "mutate") and e["changes"]]
@@ -97,7 +68,8 @@ def test_pbt_run_replaces_mutates_and_reaches_envs(tmp_path, monkeypatch):
         new_shapings
     )
     # every new shaping installed a round or more before the end was played by some env
-    early = {shaping for steps, shaping in installed if steps <= 24000 - 4000} - {default}
+    last_round = SHORT_PBT_STEPS - SHORT_PBT_PERIOD
+    early = {shaping for steps, shaping in installed if steps <= last_round} - {default}
     assert early, installed
     assert early <= seen, (early - seen, seen)
 
@@ -105,14 +77,16 @@ def test_pbt_run_replaces_mutates_and_reaches_envs(tmp_path, monkeypatch):
     # its schedule holds at its last env step
     member = mutated[-1]["policy"]
     schedule = schedule_for(events, member)
-    assert replay.main(["--from_experiment=pbt", f"--policy={member}", f"--train_dir={tmp_path}",
+    # the replay's experiment goes beside the run (--from_experiment is read in --train_dir)
+    train_dir = short_pbt_run.train_dir
+    assert replay.main(["--from_experiment=pbt", f"--policy={member}", f"--train_dir={train_dir}",
                         "--experiment=rp", *SMALL_RUN, "--seed=5"]) == 0  # fmt: skip
-    with open(tmp_path / "rp" / "summary.json") as f:
+    with open(train_dir / "rp" / "summary.json") as f:
         steps = json.load(f)["policies"]["0"]["env_steps"]
-    assert steps >= 24000
+    assert steps >= SHORT_PBT_STEPS
     due = [hparams for at, hparams, _ in schedule if at <= steps]
     assert len(due) >= 2  # the initial values and at least one change
-    newest = latest_checkpoint(str(tmp_path / "rp" / "checkpoint_p0"))
+    newest = latest_checkpoint(str(train_dir / "rp" / "checkpoint_p0"))
     replayed = read_checkpoint(newest)["hparams"]  # the values the learner trained with last
     assert replayed["learning_rate"] == pytest.approx(due[-1]["learning_rate"])
     assert {k: replayed[k] for k in due[-1] if k in replayed} == pytest.approx(

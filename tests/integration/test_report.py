@@ -10,11 +10,8 @@ import numpy as np
 import pytest
 
 from launch import report
-from rl_pbt import parse_cfg, register_env, train
 from rl_pbt.logging.files import policy_cfg_path, policy_shaping_path, scalars_path
 from rl_pbt.pbt.lineage import append_event, lineage_path, make_event, read_events
-from tests.scripted_envs import ShapedCartPole
-from tests.small_run import SMALL_RUN
 
 pytest.importorskip("matplotlib")
 from matplotlib.image import imread  # noqa: E402
@@ -25,13 +22,6 @@ from rl_pbt.logging import report_figures  # noqa: E402
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 MEMBERS = 8
 PERIOD = 2000
-
-
-def make_shaped(name, cfg, env_config, render_mode=None):
-    return ShapedCartPole(env_config["env_id"])
-
-
-register_env("report_cartpole", make_shaped)
 
 
 # ------------------------------------------------------------------ synthetic runs
@@ -286,31 +276,10 @@ def test_without_matplotlib_the_import_works_and_the_report_names_the_extra(tmp_
 # ------------------------------------------------------------------ a real short run
 
 
-def test_report_of_a_short_pbt_run(tmp_path, capsys):
-    cfg = parse_cfg(
-        [
-            "--env=report_cartpole",
-            "--with_pbt",
-            "--num_policies=4",
-            *SMALL_RUN,
-            "--pbt_period_env_steps=4000",
-            "--pbt_start_mutation=4000",
-            "--pbt_mutation_rate=0.5",
-            "--pbt_objective_window=20",
-            "--pbt_replace_reward_gap=0.05",
-            "--train_for_env_steps=24000",
-            "--learning_rate=1e-3",
-            "--experiment_summaries_interval=1",
-            f"--train_dir={tmp_path}",
-            "--experiment=real",
-            "--status_interval=30",
-            "--seed=5",
-        ]
-    )
-    assert train(cfg) == 0
-    capsys.readouterr()
-    exp = tmp_path / "real"
-    out = run_report(tmp_path, "real", capsys)
+def test_report_of_a_short_pbt_run(short_pbt_run, capsys):
+    """The report of the real run of tests/integration/conftest.py, written into its folder."""
+    exp = short_pbt_run.exp
+    out = run_report(short_pbt_run.train_dir, short_pbt_run.experiment, capsys)
     assert out.strip().splitlines()[-1] == str((exp / "report" / "index.html").resolve())
     copies = sum(e["action"] == "replace" for e in read_events(lineage_path(str(exp))))
     assert copies >= 1
