@@ -48,6 +48,12 @@ def summary(exp_dir):
         return json.load(f)
 
 
+def train_small(tmp_path, experiment, *extra) -> dict:
+    """Train the small parallel layout (small_cfg) to the end; its summary.json."""
+    assert train(small_cfg(tmp_path, experiment, *extra)) == 0
+    return summary(os.path.join(tmp_path, experiment))
+
+
 # Learning under each start method and through the inference process: by hand (-m slow, 35-45 s
 # each). CI checks that spawn children import an env registered in a test module and train it
 # (test_spawn_children_import_an_env_registered_in_a_test_module), that a user's script runs
@@ -82,12 +88,10 @@ def test_cartpole_learns_under_each_start_method(tmp_path, extra):
 def test_spawn_children_import_an_env_registered_in_a_test_module(tmp_path):
     """Spawn children start from a clean interpreter: they find local_cartpole by importing
     this module and run the budget of both policies to the end."""
-    cfg = small_cfg(
+    result = train_small(
         tmp_path, "sp", "--mp_start_method=spawn", "--num_policies=2",
         "--train_for_env_steps=6000",
     )  # fmt: skip
-    assert train(cfg) == 0
-    result = summary(os.path.join(tmp_path, "sp"))
     assert sorted(result["policies"]) == ["0", "1"]
     assert all(s["env_steps"] >= 6000 for s in result["policies"].values()), result
 
@@ -96,12 +100,10 @@ def test_the_inference_process_batches_requests_of_several_workers(tmp_path):
     """--inference=device on the CPU, 2 workers x 8 envs and one policy: the run ends cleanly
     and the server answered more actors per forward pass than one request holds (one group of
     one worker, 4 actors), so it batched requests of several groups or workers."""
-    cfg = small_cfg(
+    result = train_small(
         tmp_path, "inf", "--inference=device", "--num_envs_per_worker=8",
         "--train_for_env_steps=6000",
     )  # fmt: skip
-    assert train(cfg) == 0
-    result = summary(os.path.join(tmp_path, "inf"))
     assert result["policies"]["0"]["env_steps"] >= 6000
     assert result["inference_batch_size"] > 4, result["inference_batch_size"]
 
