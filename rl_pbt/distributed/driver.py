@@ -172,6 +172,9 @@ class PopulationDriver:
         self.shared_snapshots = 0  # snapshots sent to the other groups
         # (group, local member) -> (checkpoint name, the read's object ref, when it was asked)
         self.fetching: dict[tuple[int, int], tuple[str, Any, float]] = {}
+        # a newer checkpoint named while an older one of the same member is on its way: fetched
+        # once that one is in (the last poll's name must reach the experiment folder)
+        self.fetch_next: dict[tuple[int, int], str] = {}
         # checkpoints copied here from the groups' nodes; seconds from the ask to the file here
         self.fetched: dict[str, Any] = {"files": 0, "bytes": 0, "seconds": []}
         # every group's rated games in one table, global ids ('elo' ranks the population on it)
@@ -473,7 +476,11 @@ class PopulationDriver:
     def _fetch(self, g: int, m: int, name: Optional[str]) -> None:
         """Copy member m of group g's newest checkpoint `name` here when the experiment folder
         does not have it (the group runs on another node's disk); in the background."""
-        if name is None or (g, m) in self.fetching:
+        if name is None:
+            return
+        if (g, m) in self.fetching:
+            if self.fetching[(g, m)][0] != name:
+                self.fetch_next[(g, m)] = name
             return
         if os.path.isfile(os.path.join(self._group_dir(g), f"checkpoint_p{m}", name)):
             return  # here already: a copy, or the group's own folder (one machine, shared disk)
@@ -481,28 +488,41 @@ class PopulationDriver:
         self.fetching[(g, m)] = (name, ref, time.monotonic())
 
     def _collect_fetched(self, block: bool) -> None:
+        """Install the fetched checkpoints that have arrived (with `block`: all of them, and
+        the newer ones named meanwhile)."""
         import ray
 
-        for (g, m), (name, ref, asked) in list(self.fetching.items()):
-            if not block and not ray.wait([ref], timeout=0)[0]:
-                continue
-            del self.fetching[(g, m)]
-            try:
-                data = ray.get(ref, timeout=REPLY_TIMEOUT_S)
-            except (ray.exceptions.RayError, TimeoutError) as e:
-                log(f"checkpoint {name} of node group {g} not fetched: {_first_line(e)}")
-                continue
-            if data is None:
-                continue  # rotated away meanwhile: the next poll names the newer one
-            folder = os.path.join(self._group_dir(g), f"checkpoint_p{m}")
-            try:
-                install_checkpoint_file(folder, name, data, self.cfg.keep_checkpoints)
-            except (CheckpointError, CheckpointWriteError) as e:
-                log(f"checkpoint {name} of node group {g} not kept here: {e}")
-                continue
-            self.fetched["files"] += 1
-            self.fetched["bytes"] += len(data)
-            self.fetched["seconds"].append(round(time.monotonic() - asked, 4))
+        while True:
+            for (g, m), (name, ref, asked) in list(self.fetching.items()):
+                if not block and not ray.wait([ref], timeout=0)[0]:
+                    continue
+                del self.fetching[(g, m)]
+                self._install_fetched(g, m, name, ref, asked)
+                newer = self.fetch_next.pop((g, m), None)
+                if newer is not None:
+                    self._fetch(g, m, newer)
+            if not block or not self.fetching:
+                return
+
+    def _install_fetched(self, g: int, m: int, name: str, ref, asked: float) -> None:
+        import ray
+
+        try:
+            data = ray.get(ref, timeout=REPLY_TIMEOUT_S)
+        except (ray.exceptions.RayError, TimeoutError) as e:
+            log(f"checkpoint {name} of node group {g} not fetched: {_first_line(e)}")
+            return
+        if data is None:
+            return  # rotated away meanwhile: the next poll names the newer one
+        folder = os.path.join(self._group_dir(g), f"checkpoint_p{m}")
+        try:
+            install_checkpoint_file(folder, name, data, self.cfg.keep_checkpoints)
+        except (CheckpointError, CheckpointWriteError) as e:
+            log(f"checkpoint {name} of node group {g} not kept here: {e}")
+            return
+        self.fetched["files"] += 1
+        self.fetched["bytes"] += len(data)
+        self.fetched["seconds"].append(round(time.monotonic() - asked, 4))
 
     def _global_seat(self, g: int, seat):
         """A seat of one of group g's games, named for the whole population: members by global
