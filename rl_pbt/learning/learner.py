@@ -65,7 +65,15 @@ log = logging.getLogger(__name__)
 # last two are 1.0 when every trained reward, and every weight, buffer and Adam moment after
 # the update, is finite
 _MINIBATCH_STATS = ("policy_loss", "value_loss", "entropy", "grad_norm", "clip_fraction", "kl")
-_BATCH_STATS = ("own", "trainable", "lag_sum", "target_sum", "rewards_finite", "state_finite")
+_BATCH_STATS = (
+    "own",
+    "trainable",
+    "lag_sum",
+    "target_sum",
+    "rewards_finite",
+    "state_finite",
+    "rewards_clipped",
+)
 _LOSS_STATS = ("policy_loss", "value_loss", "entropy", "clip_fraction", "kl")
 
 # non-finite iterations in a row (each one undone) after which a learner gives up
@@ -222,6 +230,7 @@ class Learner:
         self.kept_version = 0
         self.bad_updates = 0  # non-finite iterations undone, in all
         self.bad_in_a_row = 0
+        self.clip_noted = False  # the first clipped reward is noted once, in the log
         self.bad_what: list[str] = []  # what was non-finite, over the current streak
         # --inference=device: weights go to the inference server on the device, not the host
         self.device_weights: Optional[WeightsWriter] = None
@@ -452,6 +461,7 @@ class Learner:
                 torch.where(mask, returns, zero).sum().float(),
                 torch.isfinite(torch.where(mask, rewards, zero)).all().float(),
                 sums_finite(self._live_state(steps=False)).float(),
+                (own & ((rewards * cfg.reward_scale).abs() > cfg.reward_clip)).sum().float(),
             ]
         )
         return torch.cat([sums / len(plans), per_batch])
@@ -517,6 +527,7 @@ class Learner:
         own, trainable = values.pop("own"), values.pop("trainable")
         lag_sum, target_sum = values.pop("lag_sum"), values.pop("target_sum")
         rewards_finite, state_finite = values.pop("rewards_finite"), values.pop("state_finite")
+        clipped = values.pop("rewards_clipped")
         self.env_steps += int(own) * self.cfg.env_frameskip  # sampled, even if undone below
         bad = [name for name, ok in self._checks(values, rewards_finite, state_finite) if not ok]
         if bad:
@@ -536,11 +547,30 @@ class Learner:
         self.stats["learning_rate"] = self.optimizer.param_groups[0]["lr"]  # annealed
         self.stats["value_target_mean"] = target_sum / trainable if trainable else 0.0
         self.stats["bad_updates"] = float(self.bad_updates)
+        self.stats["rewards_clipped_fraction"] = clipped / max(own, 1.0)
+        if clipped and not self.clip_noted:
+            self._note_clipped(clipped, own)
         if to_host:
             self.params.publish_flat(self.policy_id, host[k:], self.version)
         elif publish:
             self.device_weights.announce(self.version)
             self.params.set_version(self.policy_id, self.version)
+
+    def _note_clipped(self, clipped: float, own: float) -> None:
+        """One line, the first time any reward is clipped: a silent clip would change what the
+        policy learns (its share of each iteration is logged as rewards_clipped_fraction)."""
+        self.clip_noted = True
+        log.warning(
+            "policy %d: %d of %d rewards in this iteration exceeded --reward_clip=%g after "
+            "--reward_scale=%g and were clipped; raise --reward_clip or lower --reward_scale "
+            "if the env's rewards are meant to be that large (noted once; the share clipped "
+            "is logged as rewards_clipped_fraction)",
+            self.policy_id,
+            int(clipped),
+            int(own),
+            self.cfg.reward_clip,
+            self.cfg.reward_scale,
+        )
 
     # --- non-finite iterations --------------------------------------------------------------
     def _live_state(self, steps: bool = True) -> list[torch.Tensor]:

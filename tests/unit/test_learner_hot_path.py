@@ -205,6 +205,35 @@ def test_stats_and_env_steps(tmp_path):
         assert torch.equal(a, c)
 
 
+def test_clipped_rewards_are_counted_and_noted_once(tmp_path, caplog):
+    """--reward_clip: the share of this policy's samples whose scaled reward was clipped is
+    logged, and the first clip is noted in one line naming the flags; no clip, no note."""
+    quiet = make_learner(tmp_path, "--reward_clip=100")
+    fill(quiet, torch.Generator().manual_seed(5), quiet.traj_per_iteration)
+    with caplog.at_level("WARNING", logger=learner_module.__name__):
+        assert quiet.train_if_ready()
+    assert quiet.stats["rewards_clipped_fraction"] == 0.0
+    assert "reward_clip" not in caplog.text
+
+    learner = make_learner(tmp_path, "--reward_clip=0.5", "--reward_scale=2")
+    gen = torch.Generator().manual_seed(5)
+    slots = fill(learner, gen, learner.traj_per_iteration)
+    b, idx = learner.buffers, torch.tensor(slots)
+    own = b.valid[idx] & (b.policy_id[idx] == 0)
+    expected = float((own & ((2 * b.rewards[idx]).abs() > 0.5)).sum()) / float(own.sum())
+    assert 0 < expected < 1
+    with caplog.at_level("WARNING", logger=learner_module.__name__):
+        assert learner.train_if_ready()
+        fill(learner, gen, learner.traj_per_iteration)
+        assert learner.train_if_ready()
+    assert learner.stats["rewards_clipped_fraction"] > 0
+    notes = [r.getMessage() for r in caplog.records if "--reward_clip" in r.getMessage()]
+    assert len(notes) == 1, notes
+    assert "--reward_clip=0.5 after --reward_scale=2" in notes[0]
+    count = int(expected * float(own.sum()) + 0.5)
+    assert f"policy 0: {count} of {int(own.sum())} rewards" in notes[0]
+
+
 def test_weights_shared_on_the_device_publish_within_the_one_sync(tmp_path, monkeypatch):
     """--inference=device: the iteration still reads back once, the server's reader gets the
     trained weights with their version, and the host row carries only the version."""
