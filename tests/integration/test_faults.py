@@ -82,7 +82,7 @@ def newest_state(exp_dir, p):
 
 
 def test_dead_worker_is_restarted_and_the_run_finishes_its_budget(tmp_path):
-    budget = 60_000
+    budget = 30_000
     out = run_script(tmp_path, "w", 0, 2, f"--train_for_env_steps={budget}")
     log = out.stdout + out.stderr
     assert out.returncode == 0, log[-3000:]
@@ -167,13 +167,13 @@ def test_killed_learner_stops_the_run_cleanly_and_the_rerun_resumes(tmp_path):
     assert "learner 1 died (exit code -9)" in log or stuck in log, log[-3000:]
     before = [newest_state(exp_dir, p)["env_steps"] for p in (0, 1)]
     again = subprocess.run(
-        train_cmd(tmp_path, "l", f"--train_for_env_steps={max(before) + 20_000}"),
+        train_cmd(tmp_path, "l", f"--train_for_env_steps={max(before) + 10_000}"),
         cwd=ROOT, capture_output=True, text=True, timeout=240,
     )  # fmt: skip
     assert again.returncode == 0, again.stdout[-3000:] + again.stderr[-3000:]
     assert "resumed at version" in again.stdout + again.stderr
     for p in (0, 1):
-        assert newest_state(exp_dir, p)["env_steps"] >= max(before) + 20_000  # counters went on
+        assert newest_state(exp_dir, p)["env_steps"] >= max(before) + 10_000  # counters went on
 
 
 STUCK_SCRIPT = """
@@ -307,10 +307,10 @@ def test_the_start_a_restart_carries_is_read_with_care():
 
 def test_killed_learner_restarts_the_whole_run_from_its_checkpoints(tmp_path):
     exp_dir = os.path.join(tmp_path, "r")
-    cmd = train_cmd(tmp_path, "r", "--train_for_env_steps=60000", "--heartbeat_timeout=10")
+    cmd = train_cmd(tmp_path, "r", "--train_for_env_steps=40000", "--heartbeat_timeout=10")
     status, log = run_and_kill_learner_1(exp_dir, cmd, 240)
     assert status == 0, log[-3000:]
     assert "restarting the whole run from its last checkpoints" in log, log[-3000:]
     assert "resumed at version" in log.split("restarting the whole run")[1], log[-3000:]
     for p in (0, 1):
-        assert newest_state(exp_dir, p)["env_steps"] >= 60_000
+        assert newest_state(exp_dir, p)["env_steps"] >= 40_000

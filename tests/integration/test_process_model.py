@@ -54,7 +54,7 @@ def train_small(tmp_path, experiment, *extra) -> dict:
     return summary(os.path.join(tmp_path, experiment))
 
 
-# Learning under each start method and through the inference process: by hand (-m slow, 35-45 s
+# Learning under each start method and through the inference process: by hand (-m slow, 30-45 s
 # each). CI checks that spawn children import an env registered in a test module and train it
 # (test_spawn_children_import_an_env_registered_in_a_test_module), that a user's script runs
 # under spawn and forkserver (test_env_registered_in_a_user_main_script), the server's batching
