@@ -150,10 +150,17 @@ class PopulationDriver:
         save_cfg(cfg, os.path.join(self.exp_dir, "config.json"))
         os.makedirs(os.path.join(self.exp_dir, "groups"), exist_ok=True)
         self.pbt = self._make_pbt() if cfg.with_pbt else None
-        self.env_steps = [0] * cfg.num_policies
         self.started_at: dict[int, float] = {}
         self.finished: dict[int, Optional[int]] = {}
-        before = self._read_population()
+        before = self._read_population() if self.resuming else {}
+        # each member's count of the run before, until its group reports (a summary written
+        # while the groups start says where the members are, not 0)
+        steps = before.get("env_steps")
+        self.env_steps = (
+            [int(x) for x in steps]
+            if isinstance(steps, list) and len(steps) == cfg.num_policies
+            else [0] * cfg.num_policies
+        )
         self.copies: list[dict[str, Any]] = before.get("cross_group_copies", [])
         self.group_nodes: dict[str, str] = dict(before.get("group_nodes", {}))
         # (member, seconds from the decision to its first update after the copy, across groups)
@@ -168,18 +175,26 @@ class PopulationDriver:
         # under groups/gK with its local ids): what rl-pbt-report reads
         self.scalars = ScalarsFile(scalars_path(self.exp_dir))
         self._rows_at: dict[int, int] = {}  # member -> env steps of its last row
-        self._failed_copies = 0  # decisions a group could not carry out (it was restarting)
-        self.shared_snapshots = 0  # snapshots sent to the other groups
+        # decisions a group could not carry out (it was restarting); snapshots sent to the
+        # other groups: over the whole run, resumes included, as the copies and restarts above
+        self._failed_copies = int(before.get("decisions_not_carried_out", 0))
+        self.shared_snapshots = int(before.get("snapshots_shared_between_groups", 0))
         # (group, local member) -> (checkpoint name, the read's object ref, when it was asked)
         self.fetching: dict[tuple[int, int], tuple[str, Any, float]] = {}
         # a newer checkpoint named while an older one of the same member is on its way: fetched
         # once that one is in (the last poll's name must reach the experiment folder)
         self.fetch_next: dict[tuple[int, int], str] = {}
         # checkpoints copied here from the groups' nodes; seconds from the ask to the file here
-        self.fetched: dict[str, Any] = {"files": 0, "bytes": 0, "seconds": []}
+        self.fetched: dict[str, Any] = _counts(
+            before.get("checkpoints_fetched_from_groups"), {"files": 0, "bytes": 0, "seconds": []}
+        )
         # every group's rated games in one table, global ids ('elo' ranks the population on it)
         self.elo = EloRatings.from_dict(read_json(self._elo_path(), {}))
-        self.sent = {"files": 0, "bytes": 0}  # checkpoints sent from here to starting groups
+        # checkpoints sent from here to starting groups
+        self.sent = _counts(before.get("checkpoints_sent_to_groups"), {"files": 0, "bytes": 0})
+        # groups not started yet in a new run: an earlier run's folder on their node (outside
+        # the experiment folder, --ray_node_dir) is set aside, not resumed
+        self.fresh_groups = set() if self.resuming else set(range(len(self.groups)))
         self.in_flight: dict[int, set[int]] = {}  # group -> members whose copy has not landed
 
     def _make_pbt(self):
@@ -299,6 +314,7 @@ class PopulationDriver:
                     last_status = now
                 if now - last_summary > SUMMARY_EVERY_S:
                     self._write_summaries()
+                    self._save_population([self.finished.get(g) for g in range(len(self.groups))])
                     last_summary = now
                 if time.time() - start > cfg.train_for_seconds:
                     log(f"--train_for_seconds={cfg.train_for_seconds} reached")
@@ -306,7 +322,8 @@ class PopulationDriver:
                 time.sleep(POLL_EVERY_S)
         except KeyboardInterrupt:
             status = 1
-        except ray.exceptions.RayActorError as e:  # a group that cannot start, or died for good
+        except (ray.exceptions.RayError, CheckpointError, CheckpointWriteError) as e:
+            # a group that cannot start again (or died for good)
             log(f"ERROR: a node group stopped for good: {_first_line(e)}")
             status = 1
         finally:
@@ -314,11 +331,13 @@ class PopulationDriver:
                 signal.signal(s, handler)
             statuses = []
             for g, a in enumerate(self.actors):
+                stopped = None
                 try:
-                    statuses.append(ray.get(a.stop.remote()))
+                    stopped = ray.get(a.stop.remote())
                     self._take_one(g, ray.get(a.poll.remote()), final=True)
                 except ray.exceptions.RayActorError:
-                    statuses.append(None)
+                    pass
+                statuses.append(stopped)
             self._collect_fetched(block=True)  # the final checkpoints, before the actors go
             if any(s != 0 for s in statuses) and status == 0:
                 status = 1
@@ -470,7 +489,11 @@ class PopulationDriver:
                     f"{', '.join(steps)} env steps: sent from the experiment folder "
                     f"({size / 2**20:.1f} MiB)"
                 )
-            starts.append(self.actors[g].start.remote(files))
+            behavior = "resume"
+            if g in self.fresh_groups:  # a new run: the node's old folder is not resumed
+                self.fresh_groups.discard(g)
+                behavior = "overwrite" if self.cfg.restart_behavior == "overwrite" else "restart"
+            starts.append(self.actors[g].start.remote(files, behavior))
         ray.get(starts)
 
     def _fetch(self, g: int, m: int, name: Optional[str]) -> None:
@@ -721,6 +744,16 @@ class PopulationDriver:
                 "objectives": [float(np.mean(r)) if r else None for r in self.recent],
             },
         )
+
+
+def _counts(before: Any, empty: dict[str, Any]) -> dict[str, Any]:
+    """Counters from the population.json of the run before (a resume adds to them), `empty`
+    when it has none of that shape."""
+    if not isinstance(before, dict) or set(before) != set(empty):
+        return empty
+    if not all(isinstance(before[k], type(v)) for k, v in empty.items()):
+        return empty
+    return before
 
 
 def _recent_objectives(exp_dir: str, n: int) -> list[list[float]]:

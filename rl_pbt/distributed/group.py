@@ -100,13 +100,17 @@ class NodeGroup:
         """What this node holds of the group's run: each member's newest checkpoint name."""
         return latest_names(self.folder, len(self.members))
 
-    def start(self, files: dict[str, bytes]) -> None:
+    def start(self, files: dict[str, bytes], restart_behavior: str = "resume") -> None:
         """Start the run, first putting in its folder `files` (checkpoint_p{m}/NAME -> bytes,
-        newer than what this node holds): then it resumes from them."""
+        newer than what this node holds): then it resumes from them. In a new run the driver
+        says `restart` (an earlier run's folder on this node is moved aside) or `overwrite`
+        (deleted), as --restart_behavior does to the experiment folder."""
         from rl_pbt.runtime.runner import Runner
 
         if self.runner is not None:
             return
+        if restart_behavior != "resume":
+            self.cfg = Cfg({**self.cfg.to_dict(), "restart_behavior": restart_behavior})
         for rel, data in files.items():
             sub, name = rel.split("/")
             install_checkpoint_file(

@@ -364,6 +364,116 @@ def test_the_last_checkpoint_named_reaches_the_experiment_folder(tmp_path, monke
     driver.scalars.close()
 
 
+class FakeRef:
+    def __init__(self, value):
+        self.value = value
+
+
+class FakeGroup:
+    """A node group's actor as the driver calls it: what it was asked, in order."""
+
+    def __init__(self, held):
+        self.calls = []
+        self._held = held
+        self.held = self.start = self  # actor.held.remote(), actor.start.remote(...)
+
+    def remote(self, *args):
+        if not args:
+            return FakeRef(self._held)
+        self.calls.append(args)
+        return FakeRef(None)
+
+
+def driver_cfg(tmp_path, *extra):
+    return parse_cfg(
+        [
+            "--env=CartPole-v1",
+            "--num_policies=4",
+            "--policies_per_node=2",
+            "--ray_address=local",
+            f"--train_dir={tmp_path}",
+            "--experiment=n",
+            *extra,
+        ]
+    )
+
+
+@pytest.mark.parametrize("flag,fresh", [("resume", "restart"), ("overwrite", "overwrite")])
+def test_a_new_run_sets_aside_what_a_node_kept_of_an_earlier_one(
+    tmp_path, monkeypatch, flag, fresh
+):
+    """Groups keep their runs on their node (--ray_node_dir): a new run (here after
+    --restart_behavior=overwrite, or with the experiment folder gone) starts each group on a
+    node folder that is moved aside or deleted, not resumed; a restart within the run, and a
+    resume, resume."""
+    from rl_pbt.distributed.driver import PopulationDriver
+    from rl_pbt.distributed.group import NodeGroup
+
+    monkeypatch.setattr(ray, "get", lambda refs, timeout=None: [r.value for r in refs])
+    old = {0: "checkpoint_000000010_1000.pth", 1: None}
+    driver = PopulationDriver(driver_cfg(tmp_path, f"--restart_behavior={flag}"))
+    driver.actors = [FakeGroup(dict(old)), FakeGroup(dict(old))]
+    driver._start_groups([0, 1])
+    assert [a.calls for a in driver.actors] == [[({}, fresh)], [({}, fresh)]]
+    driver._start_groups([1])  # Ray restarted group 1 in this run: it resumes
+    assert driver.actors[1].calls[-1] == ({}, "resume")
+    driver.scalars.close()
+    again = PopulationDriver(driver_cfg(tmp_path))  # the same command again: a resume
+    again.actors = [FakeGroup(dict(old)), FakeGroup(dict(old))]
+    again._start_groups([0, 1])
+    assert [a.calls for a in again.actors] == [[({}, "resume")], [({}, "resume")]]
+    again.scalars.close()
+
+    # the group on its node: the earlier run's folder is moved aside (restart) or deleted
+    import rl_pbt.runtime.runner as runner_module
+    from rl_pbt.runtime.runner import prepare_experiment_dir
+
+    class Runner:  # the group's run, up to its folder
+        def __init__(self, cfg):
+            self.folder, self.resuming = prepare_experiment_dir(cfg)
+
+        def run(self):
+            return 0
+
+    monkeypatch.setattr(runner_module, "Runner", Runner)
+    node = tmp_path / "node"
+    cfg = driver_cfg(tmp_path, f"--ray_node_dir={node}").to_dict()
+    group = NodeGroup(cfg, 0, [0, 1], 7, {})
+    folder = node / "n" / "groups" / "g0"
+    (folder / "checkpoint_p0").mkdir(parents=True)
+    (folder / "checkpoint_p0" / old[0]).write_bytes(b"old weights")
+    (folder / "config.json").write_text("{}")
+    (folder / ".rl_pbt_experiment").write_text("")
+    assert group.held() == old
+    group.start({}, fresh)
+    group.thread.join(10)
+    assert not group.runner.resuming and group.held() == {0: None, 1: None}
+    kept = [p.name for p in (node / "n" / "groups").iterdir() if p.name.startswith("g0_old_")]
+    assert len(kept) == (1 if fresh == "restart" else 0), kept
+
+
+def test_a_resumed_driver_goes_on_from_the_counts_of_the_run_before(tmp_path):
+    from rl_pbt.distributed.driver import PopulationDriver
+
+    first = PopulationDriver(driver_cfg(tmp_path))
+    first.env_steps = [1000, 2000, 3000, 4000]
+    first._failed_copies, first.shared_snapshots = 2, 5
+    first.fetched = {"files": 3, "bytes": 300, "seconds": [0.1, 0.2, 0.3]}
+    first.sent = {"files": 1, "bytes": 100}
+    first._save_population([0, 0])
+    first.scalars.close()
+    again = PopulationDriver(driver_cfg(tmp_path))
+    # until the groups report: where the members were, not 0 (summary.json, the status line)
+    assert again.env_steps == [1000, 2000, 3000, 4000]
+    assert again._summary()["policies"]["3"]["env_steps"] == 4000
+    assert (again._failed_copies, again.shared_snapshots) == (2, 5)
+    assert again.fetched["files"] == 3 and again.sent == {"files": 1, "bytes": 100}
+    again.scalars.close()
+    fresh = PopulationDriver(driver_cfg(tmp_path, "--restart_behavior=overwrite"))
+    assert fresh.env_steps == [0, 0, 0, 0] and fresh.fetched["files"] == 0
+    fresh.scalars.close()
+
+
 def test_ray_address_without_ray_is_one_line_naming_the_extra(tmp_path, monkeypatch, capsys):
     real = importlib.util.find_spec
     monkeypatch.setattr(
