@@ -596,17 +596,25 @@ class PopulationDriver:
         if self.rank_on == "elo":
             ratings = [self.elo.rating(gid) for gid in range(self.cfg.num_policies)]
         copying = set().union(*self.in_flight.values())  # copies in a group not landed yet
-        for d in self.pbt.update(list(self.env_steps), ratings=ratings, copying=copying):
+        # a group that finished its budget has stopped: its members are ranked, but their
+        # weights can no longer be exported (the others may train on, on slower nodes)
+        stopped = {
+            gid for g, st in self.finished.items() if st is not None for gid in self.groups[g]
+        }
+        decisions = self.pbt.update(
+            list(self.env_steps), ratings=ratings, copying=copying, no_source=stopped
+        )
+        for d in decisions:
             target = self.member[d.policy_id]
             actor = self.actors[target.group]
-            if d.source_id is not None:  # the copy starts from the source's rating
-                self.elo.set_rating(d.policy_id, self.elo.rating(d.source_id))
             try:
                 if d.source_id is None or self.member[d.source_id].group == target.group:
                     source = None if d.source_id is None else self.member[d.source_id].local
                     ray.get(actor.apply.remote(target.local, source, dict(d.hparams), d.shaping))
                 else:
                     self._copy_across(d, target)
+                if d.source_id is not None:  # the copy starts from the source's rating
+                    self.elo.set_rating(d.policy_id, self.elo.rating(d.source_id))
             except (ray.exceptions.RayError, RuntimeError, TimeoutError) as e:
                 # a group restarting (or stopping) meanwhile: it resumes from its checkpoint and
                 # gets its PBT values again when it is back; the copy itself is lost

@@ -415,6 +415,7 @@ class PBTManager:
         env_steps: list[int],
         ratings: Optional[list[float]] = None,
         copying: Collection[int] = (),
+        no_source: Collection[int] = (),
     ) -> list[PBTDecision]:
         """Decisions for every policy that is due, in the order they must be applied.
 
@@ -423,7 +424,9 @@ class PBTManager:
         policies whose weights or values change get a decision; every due policy's last update
         moves to its current env steps. After a resume the restored last updates hold, so a
         restart alone never triggers a step. `copying`: members whose earlier copy has not
-        landed yet (their weights are still the old ones): not a source.
+        landed yet (their weights are still the old ones): not a source. `no_source`: members
+        ranked as usual whose weights cannot be handed over now (over Ray: a node group that
+        has finished its budget and stopped): not a source either.
         """
         if len(env_steps) != self.num_policies:
             raise ValueError(
@@ -461,7 +464,8 @@ class PBTManager:
         try:
             self._events = []
             decisions = []
-            replaced = set(copying)  # their new weights do not exist yet: no source
+            # their new weights do not exist yet, or cannot be had: no source
+            replaced = set(copying) | set(no_source)
             # one ranking for the whole step, as the step began: members replaced earlier in
             # it keep their places (else the ranking shrinks as the step goes on, and members
             # from the middle, even the top, fall into the bottom and copy too)

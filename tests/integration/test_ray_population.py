@@ -474,6 +474,26 @@ def test_a_resumed_driver_goes_on_from_the_counts_of_the_run_before(tmp_path):
     fresh.scalars.close()
 
 
+def test_members_of_a_group_that_finished_are_no_pbt_source(tmp_path):
+    """A node group that trained its budget has stopped (slower groups may train on): its
+    members are still ranked, but PBT takes no copy from them, which could not be exported."""
+    from rl_pbt.distributed.driver import PopulationDriver
+
+    driver = PopulationDriver(driver_cfg(tmp_path, "--with_pbt"))
+    asked = {}
+
+    def update(steps, ratings=None, copying=(), no_source=()):
+        asked.update(steps=steps, copying=set(copying), no_source=set(no_source))
+        return []
+
+    driver.pbt.update = update
+    driver.finished = {0: None, 1: 0}  # group 1 (members 2 and 3) finished its budget
+    driver.in_flight = {0: {1}}
+    driver._pbt_step()
+    assert asked["no_source"] == {2, 3} and asked["copying"] == {1}
+    driver.scalars.close()
+
+
 def test_ray_address_without_ray_is_one_line_naming_the_extra(tmp_path, monkeypatch, capsys):
     real = importlib.util.find_spec
     monkeypatch.setattr(

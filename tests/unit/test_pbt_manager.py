@@ -565,3 +565,24 @@ def test_a_member_whose_copy_has_not_landed_is_not_due(tmp_path):
             assert all(mgr.last_update[p] == 100 * seed_step for p in copying)  # not spent
             return
     pytest.fail("no copy in 39 steps")
+
+
+def test_members_that_cannot_hand_over_their_weights_are_ranked_but_no_source(tmp_path):
+    """`no_source` (over Ray: the members of a node group that finished and stopped): they
+    keep their places in the ranking, so the bottom is the same, but the copies come from the
+    other top members."""
+    n = 8
+    for seed in range(10):
+        free = make(tmp_path / f"free{seed}", n=n, seed=seed, pbt_start_mutation=0)
+        held = make(tmp_path / f"held{seed}", n=n, seed=seed, pbt_start_mutation=0)
+        means = [0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.95, 1.0]
+        feed(free, means, seed=seed)
+        feed(held, means, seed=seed)
+        copied = {d.policy_id: d.source_id for d in free.update([1000] * n) if d.source_id}
+        kept = {
+            d.policy_id: d.source_id
+            for d in held.update([1000] * n, no_source={6, 7})
+            if d.source_id is not None
+        }
+        assert copied and set(kept) == set(copied), (seed, copied, kept)  # the same bottom
+        assert not set(kept.values()) & {6, 7}, (seed, kept)
