@@ -18,7 +18,7 @@ def serial_run(tmp_path, name, seed=None):
     cfg = parse_cfg(
         [
             *SERIAL_CARTPOLE,
-            "--train_for_env_steps=6000",
+            "--train_for_env_steps=3000",
             *([f"--seed={seed}"] if seed is not None else []),
             f"--train_dir={tmp_path}",
             f"--experiment={name}",
