@@ -25,7 +25,7 @@ from tests.small_run import CARTPOLE_LEARN
 
 ray = pytest.importorskip("ray")
 
-STEPS = 45_000  # env steps per member
+STEPS = 60_000  # env steps per member
 
 FLAGS = [
     "--env=CartPole-v1",
@@ -33,8 +33,8 @@ FLAGS = [
     "--num_policies=4",
     "--policies_per_node=2",
     "--with_pbt",
-    "--pbt_period_env_steps=15000",
-    "--pbt_start_mutation=15000",
+    "--pbt_period_env_steps=20000",
+    "--pbt_start_mutation=20000",
     "--num_workers=1",
     f"--train_for_env_steps={STEPS}",
     "--save_every_sec=3",
@@ -114,10 +114,8 @@ def test_population_over_two_nodes(cluster, tmp_path, capsys):
     )
     # every member trained its whole budget, the killed group's included
     assert min(population["env_steps"]) >= STEPS
-    # the population learned: its best member far above a random policy (about 22); at 45k
-    # env steps the best reached 220 and 284 in two runs (the usual CartPole bar, 195, is
-    # checked on one machine in test_cartpole)
-    assert max(population["objectives"]) >= 150, population["objectives"]
+    # the population learned: its best member at the usual CartPole bar
+    assert max(population["objectives"]) >= 195, population["objectives"]
     # PBT copied members across node groups, each checked bit for bit on arrival
     across = population["cross_group_copies"]
     assert across, "no copy between node groups"
