@@ -314,74 +314,25 @@ def test_the_driver_ranks_games_of_every_group_under_global_names(tmp_path):
     assert PopulationDriver(cfg).recent == [[], [], [0.7], []]
 
 
-def test_the_last_checkpoint_named_reaches_the_experiment_folder(tmp_path, monkeypatch):
-    """A newer checkpoint named while an older one of the same member is still on its way (the
-    last poll, after the group's final save) is fetched once the older one is in."""
-    from rl_pbt.distributed.driver import PopulationDriver
-    from rl_pbt.learning.checkpoints import encode_checkpoint
-
-    cfg = parse_cfg(
-        [
-            "--env=CartPole-v1",
-            "--num_policies=4",
-            "--policies_per_node=2",
-            "--ray_address=local",
-            f"--train_dir={tmp_path}",
-            "--experiment=f",
-        ]
-    )
-    driver = PopulationDriver(cfg)
-
-    class Ref:
-        def __init__(self, name):
-            self.name, self.ready = name, False
-
-    class Group:  # a node group's actor: read_checkpoint.remote(m, name) -> a reference
-        def __init__(self):
-            self.asked = []
-            self.read_checkpoint = self
-
-        def remote(self, m, name):
-            self.asked.append((m, name))
-            return Ref(name)
-
-    group = Group()
-    driver.actors = [Group(), group]
-    monkeypatch.setattr(ray, "wait", lambda refs, timeout=None: ([r for r in refs if r.ready], []))
-    monkeypatch.setattr(ray, "get", lambda ref, timeout=None: encode_checkpoint({"n": ref.name}))
-
-    older, newer = "checkpoint_000000010_1000.pth", "checkpoint_000000020_2000.pth"
-    driver._fetch(1, 0, older)
-    driver._collect_fetched(block=False)  # not arrived yet: still on its way
-    driver._fetch(1, 0, newer)  # the final poll names the newer one
-    assert group.asked == [(0, older)]
-    driver._collect_fetched(block=True)  # the end of the run
-    assert group.asked == [(0, older), (0, newer)]
-    assert latest_checkpoint(os.path.join(tmp_path, "f", "groups", "g1", "checkpoint_p0")).endswith(
-        newer
-    )
-    assert driver.fetched["files"] == 2 and not driver.fetching and not driver.fetch_next
-    driver.scalars.close()
-
-
 class FakeRef:
     def __init__(self, value):
-        self.value = value
+        self.value, self.ready = value, False
 
 
 class FakeGroup:
-    """A node group's actor as the driver calls it: what it was asked, in order."""
+    """A node group's actor as the driver calls it (held, start, read_checkpoint): what it was
+    asked, in order; `held()` answers `held`, a read answers a reference to the name read."""
 
-    def __init__(self, held):
+    def __init__(self, held=None):
         self.calls = []
         self._held = held
-        self.held = self.start = self  # actor.held.remote(), actor.start.remote(...)
+        self.held = self.start = self.read_checkpoint = self
 
     def remote(self, *args):
         if not args:
             return FakeRef(self._held)
         self.calls.append(args)
-        return FakeRef(None)
+        return FakeRef(args[-1])
 
 
 def driver_cfg(tmp_path, *extra):
@@ -396,6 +347,32 @@ def driver_cfg(tmp_path, *extra):
             *extra,
         ]
     )
+
+
+def test_the_last_checkpoint_named_reaches_the_experiment_folder(tmp_path, monkeypatch):
+    """A newer checkpoint named while an older one of the same member is still on its way (the
+    last poll, after the group's final save) is fetched once the older one is in."""
+    from rl_pbt.distributed.driver import PopulationDriver
+    from rl_pbt.learning.checkpoints import encode_checkpoint
+
+    driver = PopulationDriver(driver_cfg(tmp_path))
+    group = FakeGroup()
+    driver.actors = [FakeGroup(), group]
+    monkeypatch.setattr(ray, "wait", lambda refs, timeout=None: ([r for r in refs if r.ready], []))
+    monkeypatch.setattr(ray, "get", lambda ref, timeout=None: encode_checkpoint({"n": ref.value}))
+
+    older, newer = "checkpoint_000000010_1000.pth", "checkpoint_000000020_2000.pth"
+    driver._fetch(1, 0, older)
+    driver._collect_fetched(block=False)  # not arrived yet: still on its way
+    driver._fetch(1, 0, newer)  # the final poll names the newer one
+    assert group.calls == [(0, older)]
+    driver._collect_fetched(block=True)  # the end of the run
+    assert group.calls == [(0, older), (0, newer)]
+    assert latest_checkpoint(os.path.join(tmp_path, "n", "groups", "g1", "checkpoint_p0")).endswith(
+        newer
+    )
+    assert driver.fetched["files"] == 2 and not driver.fetching and not driver.fetch_next
+    driver.scalars.close()
 
 
 @pytest.mark.parametrize("flag,fresh", [("resume", "restart"), ("overwrite", "overwrite")])
