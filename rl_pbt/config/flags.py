@@ -309,6 +309,15 @@ FLAGS: list[Flag] = [
         group="run",
     ),
     Flag(
+        "ray_group_timeout_s",
+        int,
+        900,
+        "with --ray_address: stop the run (resumable) when a node group has not answered "
+        "for this many seconds (its actor restarting, or waiting for a node with room)",
+        check=positive,
+        group="run",
+    ),
+    Flag(
         "train_for_env_steps",
         int,
         10_000_000_000,

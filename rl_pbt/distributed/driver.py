@@ -54,10 +54,14 @@ from rl_pbt.sampling.matchmaking import (
 )
 
 POLL_EVERY_S = 1.0
+POLL_WAIT_S = 2.0  # a poll not answered in this time is taken at a later round
+SILENT_NOTE_EVERY_S = 60.0
 REPLY_TIMEOUT_S = 300.0
 STATUS_EVERY_S = 10.0
 SUMMARY_EVERY_S = 10.0
 GROUP_RESTARTS = 3  # per group, by Ray, before the run stops
+# what the driver knows of a group before its first answer
+NOT_HEARD: dict[str, Any] = {"finished": False, "status": None, "error": None}
 
 
 def log(msg: str) -> None:
@@ -196,6 +200,9 @@ class PopulationDriver:
         # the experiment folder, --ray_node_dir) is set aside, not resumed
         self.fresh_groups = set() if self.resuming else set(range(len(self.groups)))
         self.in_flight: dict[int, set[int]] = {}  # group -> members whose copy has not landed
+        self.polling: dict[int, tuple[Any, float]] = {}  # group -> (its pending poll, asked at)
+        self.last_poll: dict[int, dict] = {}  # group -> its last answer
+        self.silent_noted: dict[int, float] = {}  # group -> when its silence was last logged
 
     def _make_pbt(self):
         from rl_pbt.config.policy_values import load_policy_values
@@ -295,8 +302,7 @@ class PopulationDriver:
             last_status = last_summary = time.monotonic()
             start = time.time()
             while not stop["asked"] and status == 0:
-                polls = ray.get([a.poll.remote() for a in self.actors])
-                self._take(polls)
+                polls = self._poll_groups()
                 self._collect_fetched(block=False)
                 failed = [g for g, p in enumerate(polls) if p["finished"] and p["status"] != 0]
                 if failed:
@@ -305,6 +311,15 @@ class PopulationDriver:
                     status = 1
                     break
                 if all(p["finished"] for p in polls):
+                    break
+                silent = self._silent_too_long()
+                if silent is not None:
+                    log(
+                        f"ERROR: node group {silent} has not answered for "
+                        f"{cfg.ray_group_timeout_s} s (--ray_group_timeout_s): stopping the "
+                        "run; the same command resumes it"
+                    )
+                    status = 1
                     break
                 if self.pbt is not None:
                     self._pbt_step()
@@ -332,11 +347,16 @@ class PopulationDriver:
             statuses = []
             for g, a in enumerate(self.actors):
                 stopped = None
+                if g in self.polling and self._silent_s(g) > POLL_WAIT_S:
+                    log(f"node group {g} is not answering: not waited for at the stop")
+                    statuses.append(None)
+                    continue
                 try:
-                    stopped = ray.get(a.stop.remote())
-                    self._take_one(g, ray.get(a.poll.remote()), final=True)
-                except ray.exceptions.RayActorError:
-                    pass
+                    # the group's own stop waits up to REPLY_TIMEOUT_S for its learners to save
+                    stopped = ray.get(a.stop.remote(), timeout=REPLY_TIMEOUT_S + 60)
+                    self._take_one(g, ray.get(a.poll.remote(), timeout=REPLY_TIMEOUT_S), final=True)
+                except (ray.exceptions.RayActorError, ray.exceptions.GetTimeoutError) as e:
+                    log(f"node group {g} did not stop cleanly: {_first_line(e)}")
                 statuses.append(stopped)
             self._collect_fetched(block=True)  # the final checkpoints, before the actors go
             if any(s != 0 for s in statuses) and status == 0:
@@ -387,9 +407,57 @@ class PopulationDriver:
         return {"scheduling_strategy": NodeAffinitySchedulingStrategy(node_id=node, soft=True)}
 
     # --- what the groups report -------------------------------------------------------------
-    def _take(self, polls: list[dict]) -> None:
-        for g, poll in enumerate(polls):
-            self._take_one(g, poll)
+    def _poll_groups(self) -> list[dict]:
+        """Ask every group for its news and take the answers that come within POLL_WAIT_S; a
+        group that does not answer (its actor waits for a node, or restarts) is asked again
+        once it has, and the others go on meanwhile. Returns each group's last answer."""
+        import ray
+
+        now = time.monotonic()
+        for g, actor in enumerate(self.actors):
+            if g not in self.polling:
+                self.polling[g] = (actor.poll.remote(), now)
+        refs = [ref for ref, _ in self.polling.values()]
+        ready = ray.wait(refs, num_returns=len(refs), timeout=POLL_WAIT_S)[0]
+        answered = set(ready)
+        for g, (ref, asked) in sorted(self.polling.items()):
+            if ref in answered:
+                del self.polling[g]
+                self.last_poll[g] = ray.get(ref, timeout=REPLY_TIMEOUT_S)
+                self._take_one(g, self.last_poll[g])
+                if g in self.silent_noted:
+                    log(f"node group {g} answers again after {time.monotonic() - asked:.0f} s")
+                    del self.silent_noted[g]
+                continue
+            silent = time.monotonic() - asked
+            if silent >= SILENT_NOTE_EVERY_S and (
+                time.monotonic() - self.silent_noted.get(g, -SILENT_NOTE_EVERY_S)
+                >= SILENT_NOTE_EVERY_S
+            ):
+                self.silent_noted[g] = time.monotonic()
+                log(
+                    f"node group {g} has not answered for {silent:.0f} s (Ray restarting it, "
+                    "or no node with its --ray_cpus_per_group/--ray_gpus_per_group free); "
+                    f"the run stops at {self.cfg.ray_group_timeout_s} s (--ray_group_timeout_s)"
+                )
+        return [self.last_poll.get(g, NOT_HEARD) for g in range(len(self.actors))]
+
+    def _silent_s(self, g: int) -> float:
+        """Seconds group g's pending poll has waited (0 when none is pending)."""
+        return time.monotonic() - self.polling[g][1] if g in self.polling else 0.0
+
+    def _silent_too_long(self) -> Optional[int]:
+        for g in sorted(self.polling):
+            if self._silent_s(g) > self.cfg.ray_group_timeout_s:
+                return g
+        return None
+
+    def _silent_members(self) -> set[int]:
+        """Members of groups whose poll has waited past POLL_WAIT_S: PBT neither judges nor
+        copies them until they answer (a call to them would wait as long)."""
+        return {
+            gid for g in self.polling if self._silent_s(g) > POLL_WAIT_S for gid in self.groups[g]
+        }
 
     def _take_one(self, g: int, poll: dict, final: bool = False) -> None:
         ids = self.groups[g]
@@ -468,7 +536,7 @@ class PopulationDriver:
         are newer than those on its node (all of them on a node that has none)."""
         import ray
 
-        held = ray.get([self.actors[g].held.remote() for g in groups])
+        held = ray.get([self.actors[g].held.remote() for g in groups], timeout=REPLY_TIMEOUT_S)
         starts = []
         for g, on_node in zip(groups, held):
             files, steps = {}, []
@@ -494,7 +562,7 @@ class PopulationDriver:
                 self.fresh_groups.discard(g)
                 behavior = "overwrite" if self.cfg.restart_behavior == "overwrite" else "restart"
             starts.append(self.actors[g].start.remote(files, behavior))
-        ray.get(starts)
+        ray.get(starts, timeout=REPLY_TIMEOUT_S)
 
     def _fetch(self, g: int, m: int, name: Optional[str]) -> None:
         """Copy member m of group g's newest checkpoint `name` here when the experiment folder
@@ -569,7 +637,7 @@ class PopulationDriver:
             for m, gid in enumerate(self.groups[g])
         ]
         try:
-            ray.get(calls)
+            ray.get(calls, timeout=REPLY_TIMEOUT_S)
         except (ray.exceptions.RayError, RuntimeError, TimeoutError) as e:
             log(f"node group {g} did not take its PBT values: {_first_line(e)}")
 
@@ -583,7 +651,7 @@ class PopulationDriver:
         name = foreign_snapshot_id(member, steps)
         others = [a for h, a in enumerate(self.actors) if h != g and self.finished.get(h) is None]
         try:
-            ray.get([a.add_snapshot.remote(name, weights) for a in others])
+            ray.get([a.add_snapshot.remote(name, weights) for a in others], timeout=REPLY_TIMEOUT_S)
             self.shared_snapshots += 1
         except (ray.exceptions.RayError, RuntimeError, TimeoutError) as e:
             log(f"snapshot {name} not shared: {_first_line(e)}")
@@ -595,7 +663,8 @@ class PopulationDriver:
         ratings = None
         if self.rank_on == "elo":
             ratings = [self.elo.rating(gid) for gid in range(self.cfg.num_policies)]
-        copying = set().union(*self.in_flight.values())  # copies in a group not landed yet
+        # copies in a group not landed yet, and members of groups not answering: not judged now
+        copying = set().union(*self.in_flight.values()) | self._silent_members()
         # a group that finished its budget has stopped: its members are ranked, but their
         # weights can no longer be exported (the others may train on, on slower nodes)
         stopped = {
@@ -610,7 +679,10 @@ class PopulationDriver:
             try:
                 if d.source_id is None or self.member[d.source_id].group == target.group:
                     source = None if d.source_id is None else self.member[d.source_id].local
-                    ray.get(actor.apply.remote(target.local, source, dict(d.hparams), d.shaping))
+                    ray.get(
+                        actor.apply.remote(target.local, source, dict(d.hparams), d.shaping),
+                        timeout=REPLY_TIMEOUT_S,
+                    )
                 else:
                     self._copy_across(d, target)
                 if d.source_id is not None:  # the copy starts from the source's rating
@@ -631,7 +703,8 @@ class PopulationDriver:
         same, installed_s = ray.get(
             self.actors[target.group].import_state.remote(
                 target.local, state, dict(d.hparams), d.shaping
-            )
+            ),
+            timeout=REPLY_TIMEOUT_S,
         )
         copied_s = time.time() - decided
         # the group times the first update from the state's arrival on its own clock; the

@@ -471,6 +471,84 @@ def test_members_of_a_group_that_finished_are_no_pbt_source(tmp_path):
     driver.scalars.close()
 
 
+class Polled:
+    """A node group's actor as the driver polls it: each poll answers at once, or not until
+    `answers` is set."""
+
+    def __init__(self, answers):
+        self.answers, self.asked, self.refs = answers, 0, []
+        self.poll = self
+
+    def remote(self):
+        self.asked += 1
+        ref = FakeRef({"finished": False, "status": None, "error": None})
+        ref.ready = self.answers
+        self.refs.append(ref)
+        return ref
+
+
+def test_a_group_that_does_not_answer_holds_up_neither_the_others_nor_pbt(
+    tmp_path, monkeypatch, capsys
+):
+    """A group whose actor does not answer (Ray restarting it, or no node with room for it) is
+    asked once and waited for in the background: the others' answers are taken every round,
+    PBT leaves its members alone, its silence is logged once a minute, and past
+    --ray_group_timeout_s the driver names it."""
+    import types
+
+    import rl_pbt.distributed.driver as driver_module
+    from rl_pbt.distributed.driver import PopulationDriver
+
+    clock = [1000.0]
+    monkeypatch.setattr(
+        driver_module,
+        "time",
+        types.SimpleNamespace(monotonic=lambda: clock[0], time=time.time, strftime=time.strftime),
+    )
+    monkeypatch.setattr(
+        ray,
+        "wait",
+        lambda refs, num_returns=1, timeout=None: (
+            [r for r in refs if r.ready],
+            [r for r in refs if not r.ready],
+        ),
+    )
+    monkeypatch.setattr(ray, "get", lambda ref, timeout=None: ref.value)
+    driver = PopulationDriver(driver_cfg(tmp_path, "--with_pbt", "--ray_group_timeout_s=100"))
+    answering, silent = Polled(True), Polled(False)
+    driver.actors = [answering, silent]
+    taken = []
+    driver._take_one = lambda g, poll, final=False: taken.append(g)
+    asked = {}
+    driver.pbt.update = lambda steps, ratings=None, copying=(), no_source=(): (
+        asked.update(copying=set(copying)) or []
+    )
+
+    polls = driver._poll_groups()
+    assert taken == [0] and polls[1] == {"finished": False, "status": None, "error": None}
+    clock[0] += 5
+    driver._poll_groups()
+    assert taken == [0, 0] and (answering.asked, silent.asked) == (2, 1)  # asked once only
+    driver._pbt_step()
+    assert asked["copying"] == {2, 3}  # group 1's members: neither judged nor copied
+    assert "has not answered" not in capsys.readouterr().out
+    clock[0] += 60
+    driver._poll_groups()
+    driver._poll_groups()  # once a minute
+    out = capsys.readouterr().out
+    assert out.count("node group 1 has not answered for 65 s") == 1, out
+    assert "--ray_group_timeout_s" in out and driver._silent_too_long() is None
+    clock[0] += 40
+    assert driver._silent_too_long() == 1
+    silent.refs[0].ready = True  # back (Ray placed it)
+    driver._poll_groups()
+    assert taken[-1] == 1 and silent.asked == 1 and not driver._silent_members()
+    assert "node group 1 answers again after 105 s" in capsys.readouterr().out
+    driver._poll_groups()
+    assert silent.asked == 2 and driver._silent_too_long() is None
+    driver.scalars.close()
+
+
 def test_ray_address_without_ray_is_one_line_naming_the_extra(tmp_path, monkeypatch, capsys):
     real = importlib.util.find_spec
     monkeypatch.setattr(
