@@ -121,6 +121,10 @@ def _auto_address() -> tuple[Optional[str], Optional[str]]:
         return None, None
 
 
+class GroupsNotPlaced(RuntimeError):
+    """Node groups whose actors Ray did not place within REPLY_TIMEOUT_S."""
+
+
 @dataclass
 class Member:
     group: int
@@ -200,6 +204,7 @@ class PopulationDriver:
         # the experiment folder, --ray_node_dir) is set aside, not resumed
         self.fresh_groups = set() if self.resuming else set(range(len(self.groups)))
         self.in_flight: dict[int, set[int]] = {}  # group -> members whose copy has not landed
+        self.heard: set[int] = set()  # groups whose actor has answered (Ray placed them)
         self.polling: dict[int, tuple[Any, float]] = {}  # group -> (its pending poll, asked at)
         self.last_poll: dict[int, dict] = {}  # group -> its last answer
         self.silent_noted: dict[int, float] = {}  # group -> when its silence was last logged
@@ -286,6 +291,9 @@ class PopulationDriver:
         status = 0
         try:
             self._start_groups(list(range(len(self.groups))))
+        except GroupsNotPlaced as e:
+            log(f"ERROR: {e}")
+            status = 1
         except (ray.exceptions.RayError, CheckpointError, CheckpointWriteError) as e:
             log(f"ERROR: a node group did not start: {_first_line(e)}")
             status = 1
@@ -337,7 +345,12 @@ class PopulationDriver:
                 time.sleep(POLL_EVERY_S)
         except KeyboardInterrupt:
             status = 1
-        except (ray.exceptions.RayError, CheckpointError, CheckpointWriteError) as e:
+        except (
+            ray.exceptions.RayError,
+            CheckpointError,
+            CheckpointWriteError,
+            GroupsNotPlaced,
+        ) as e:
             # a group that cannot start again (or died for good)
             log(f"ERROR: a node group stopped for good: {_first_line(e)}")
             status = 1
@@ -347,8 +360,9 @@ class PopulationDriver:
             statuses = []
             for g, a in enumerate(self.actors):
                 stopped = None
-                if g in self.polling and self._silent_s(g) > POLL_WAIT_S:
-                    log(f"node group {g} is not answering: not waited for at the stop")
+                if g not in self.heard or (g in self.polling and self._silent_s(g) > POLL_WAIT_S):
+                    what = "never started" if g not in self.heard else "is not answering"
+                    log(f"node group {g} {what}: not waited for at the stop")
                     statuses.append(None)
                     continue
                 try:
@@ -536,7 +550,19 @@ class PopulationDriver:
         are newer than those on its node (all of them on a node that has none)."""
         import ray
 
-        held = ray.get([self.actors[g].held.remote() for g in groups], timeout=REPLY_TIMEOUT_S)
+        asked = [self.actors[g].held.remote() for g in groups]
+        ready = set(ray.wait(asked, num_returns=len(asked), timeout=REPLY_TIMEOUT_S)[0])
+        self.heard.update(g for g, ref in zip(groups, asked) if ref in ready)
+        missing = [g for g, ref in zip(groups, asked) if ref not in ready]
+        if missing:
+            c = self.cfg
+            raise GroupsNotPlaced(
+                f"node group(s) {', '.join(map(str, missing))} did not start within "
+                f"{REPLY_TIMEOUT_S:.0f} s: Ray has no room for them (--ray_cpus_per_group="
+                f"{c.ray_cpus_per_group:g}, --ray_gpus_per_group={c.ray_gpus_per_group:g} "
+                "each; `ray status` shows what the cluster has)"
+            )
+        held = ray.get(asked, timeout=REPLY_TIMEOUT_S)
         starts = []
         for g, on_node in zip(groups, held):
             files, steps = {}, []

@@ -246,6 +246,31 @@ def test_self_play_over_node_folders_the_driver_cannot_see(cluster, tmp_path, ca
     assert all(b >= a for a, b in zip(steps, again["env_steps"]))
 
 
+def test_a_group_no_node_has_room_for_ends_the_run_in_one_line(
+    cluster, tmp_path, monkeypatch, capsys
+):
+    """On the cluster of the tests above (1 CPU per node), a group asking for 2 CPUs is never
+    placed: the run ends with status 1 and a line naming the flag, without waiting for it."""
+    import rl_pbt.distributed.driver as driver_module
+
+    monkeypatch.setattr(driver_module, "REPLY_TIMEOUT_S", 3.0)
+    cfg = parse_cfg(
+        [
+            *FLAGS,
+            f"--ray_address={cluster.address}",
+            f"--train_dir={tmp_path}",
+            "--experiment=big",
+            "--ray_cpus_per_group=2",
+        ]
+    )
+    started = time.monotonic()
+    assert train(cfg) == 1
+    assert time.monotonic() - started < 60
+    out = capsys.readouterr().out
+    assert "node group(s) 0, 1 did not start within 3 s" in out, out
+    assert "--ray_cpus_per_group=2" in out and "node group 1 never started" in out
+
+
 def test_the_driver_ranks_games_of_every_group_under_global_names(tmp_path):
     """Games a group reports (its members by local id, its own snapshots by local name) are
     rated and scored for PBT under the population's names."""
@@ -387,6 +412,7 @@ def test_a_new_run_sets_aside_what_a_node_kept_of_an_earlier_one(
     from rl_pbt.distributed.group import NodeGroup
 
     monkeypatch.setattr(ray, "get", lambda refs, timeout=None: [r.value for r in refs])
+    monkeypatch.setattr(ray, "wait", lambda refs, num_returns=1, timeout=None: (list(refs), []))
     old = {0: "checkpoint_000000010_1000.pth", 1: None}
     driver = PopulationDriver(driver_cfg(tmp_path, f"--restart_behavior={flag}"))
     driver.actors = [FakeGroup(dict(old)), FakeGroup(dict(old))]
@@ -475,13 +501,14 @@ class Polled:
     """A node group's actor as the driver polls it: each poll answers at once, or not until
     `answers` is set."""
 
-    def __init__(self, answers):
+    def __init__(self, answers, value=None):
         self.answers, self.asked, self.refs = answers, 0, []
+        self.value = {"finished": False, "status": None, "error": None} if value is None else value
         self.poll = self
 
     def remote(self):
         self.asked += 1
-        ref = FakeRef({"finished": False, "status": None, "error": None})
+        ref = FakeRef(self.value)
         ref.ready = self.answers
         self.refs.append(ref)
         return ref
@@ -540,12 +567,38 @@ def test_a_group_that_does_not_answer_holds_up_neither_the_others_nor_pbt(
     assert "--ray_group_timeout_s" in out and driver._silent_too_long() is None
     clock[0] += 40
     assert driver._silent_too_long() == 1
-    silent.refs[0].ready = True  # back (Ray placed it)
+    silent.refs[0].ready = True  # back (Ray restarted it)
     driver._poll_groups()
     assert taken[-1] == 1 and silent.asked == 1 and not driver._silent_members()
     assert "node group 1 answers again after 105 s" in capsys.readouterr().out
     driver._poll_groups()
     assert silent.asked == 2 and driver._silent_too_long() is None
+    driver.scalars.close()
+
+
+def test_groups_ray_cannot_place_are_named_and_not_waited_for(tmp_path, monkeypatch):
+    """Ray has no room for a group's actor (its --ray_cpus_per_group or --ray_gpus_per_group
+    are more than any node has free): the start names it and the flags, and the stop does not
+    wait for it."""
+    from rl_pbt.distributed.driver import GroupsNotPlaced, PopulationDriver
+
+    monkeypatch.setattr(
+        ray,
+        "wait",
+        lambda refs, num_returns=1, timeout=None: (
+            [r for r in refs if r.ready],
+            [r for r in refs if not r.ready],
+        ),
+    )
+    driver = PopulationDriver(driver_cfg(tmp_path, "--ray_gpus_per_group=2"))
+    placed, unplaced = FakeGroup(), FakeGroup()
+    placed.held, unplaced.held = Polled(True, {0: None, 1: None}), Polled(False, {0: None, 1: None})
+    driver.actors = [placed, unplaced]
+    with pytest.raises(
+        GroupsNotPlaced, match=r"node group\(s\) 1 did not start.*--ray_gpus_per_group=2"
+    ):
+        driver._start_groups([0, 1])
+    assert driver.heard == {0} and placed.calls == [] and unplaced.calls == []
     driver.scalars.close()
 
 
