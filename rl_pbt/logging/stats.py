@@ -83,6 +83,9 @@ class PopulationStats:
         self.writers: dict[int, Any] = {}
         self.fps_history: list[float] = []
         self.env_steps = [0] * num_policies  # as of the last status_line call
+        # a resumed run: each member's env steps in the run before, shown until its learner
+        # has loaded its checkpoint and reported (not 0 while the checkpoints load)
+        self.steps_before = [0] * num_policies
         # (time, slowest policy's env steps), from when every policy has reported: the first
         # report of a resumed run jumps to the restored count, which is no rate
         self.progress_samples: collections.deque = collections.deque(maxlen=600)
@@ -226,7 +229,7 @@ class PopulationStats:
         """Called every tick; prints the status block every --status_interval seconds (and when
         forced) and returns its text. The PBT line sums up the decisions since the last block."""
         now = time.time()
-        self.env_steps = list(env_steps)
+        self.env_steps = [s if s > 0 else b for s, b in zip(env_steps, self.steps_before)]
         self._record_progress(self.env_steps, now)
         if not force and now - self.last_status < self.cfg.status_interval:
             return None
@@ -349,6 +352,7 @@ class PopulationStats:
                 target[p].extend(values)
         # the last row of the run before: a re-run with nothing to train adds none
         steps = [kept.get(p, (0, [], None))[2] for p in range(self.n)]
+        self.steps_before = [s if isinstance(s, int) and s > 0 else 0 for s in steps]
         if all(isinstance(s, int) for s in steps):
             self.last_written = steps
 

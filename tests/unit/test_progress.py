@@ -316,6 +316,27 @@ def test_scalars_jsonl_gets_exactly_the_tensorboard_tags(tmp_path):
     assert rows[1]["scalars"]["episode/reward"] == -3.0
 
 
+def test_a_resumed_run_shows_where_its_members_were_while_they_load(tmp_path, capsys):
+    """While a resume loads its checkpoints the learners have not reported: the status line
+    shows each member's env steps of the run before, not 0, until its learner reports."""
+    exp_dir = str(tmp_path / "exp")
+    first = scalar_stats(exp_dir, {})
+    first.add_episode(EpisodeStats(0, 1.0, 10, 0.5))
+    before = first.summary([40_960, 36_864])
+    first.close()
+    again = scalar_stats(exp_dir, {})
+    again.restore(before)
+    text = again.status_line([0, 0], [0, 0], 1.0, force=True)
+    assert "(p1 36.9k slowest)" in text and again.env_steps == [40_960, 36_864], text
+    text = again.status_line([0, 37_000], [0, 1], 2.0, force=True)  # p1 loaded and trained
+    assert "(p1 37k slowest)" in text, text
+    assert again.env_steps == [40_960, 37_000]
+    again.close()
+    new = scalar_stats(str(tmp_path / "new"), {})  # not a resume: 0 until they report
+    assert "(p0 0 slowest)" in new.status_line([0, 0], [0, 0], 1.0, force=True)
+    new.close()
+
+
 def test_a_resumed_run_adds_to_the_summary_of_the_runs_before(tmp_path):
     """A re-run with nothing left to train wrote a summary of 0 episodes and no returns; a
     resume counted only its own episodes and frames. Rows of nothing new are not written."""
