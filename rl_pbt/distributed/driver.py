@@ -122,7 +122,7 @@ def _auto_address() -> tuple[Optional[str], Optional[str]]:
 
 
 class GroupsNotPlaced(RuntimeError):
-    """Node groups whose actors Ray did not place within REPLY_TIMEOUT_S."""
+    """Node groups whose actors Ray did not place within --ray_group_timeout_s."""
 
 
 @dataclass
@@ -357,22 +357,7 @@ class PopulationDriver:
         finally:
             for s, handler in previous.items():
                 signal.signal(s, handler)
-            statuses = []
-            for g, a in enumerate(self.actors):
-                stopped = None
-                if g not in self.heard or (g in self.polling and self._silent_s(g) > POLL_WAIT_S):
-                    what = "never started" if g not in self.heard else "is not answering"
-                    log(f"node group {g} {what}: not waited for at the stop")
-                    statuses.append(None)
-                    continue
-                try:
-                    # the group's own stop waits up to REPLY_TIMEOUT_S for its learners to save
-                    stopped = ray.get(a.stop.remote(), timeout=REPLY_TIMEOUT_S + 60)
-                    self._take_one(g, ray.get(a.poll.remote(), timeout=REPLY_TIMEOUT_S), final=True)
-                except (ray.exceptions.RayActorError, ray.exceptions.GetTimeoutError) as e:
-                    log(f"node group {g} did not stop cleanly: {_first_line(e)}")
-                statuses.append(stopped)
-            self._collect_fetched(block=True)  # the final checkpoints, before the actors go
+            statuses = self._stop_groups()
             if any(s != 0 for s in statuses) and status == 0:
                 status = 1
             if self.pbt is not None:
@@ -420,30 +405,63 @@ class PopulationDriver:
 
         return {"scheduling_strategy": NodeAffinitySchedulingStrategy(node_id=node, soft=True)}
 
+    def _stop_groups(self) -> list[Optional[int]]:
+        """Stop every group at once and take its last answer (its final checkpoints are fetched
+        before the actors go); one deadline for all. Groups Ray never placed, and groups not
+        answering for SILENT_NOTE_EVERY_S, are not waited for; a finished group keeps its
+        status. Returns each group's status (None: not known)."""
+        import ray
+
+        try:
+            self._take_answers(0.0)  # answers that came since the last round
+        except ray.exceptions.RayError as e:
+            log(f"a node group's last answer was lost: {_first_line(e)}")
+        statuses: list[Optional[int]] = [self.finished.get(g) for g in range(len(self.actors))]
+        stops = {}
+        for g, actor in enumerate(self.actors):
+            if statuses[g] is not None:
+                continue
+            if g not in self.heard or self._silent_s(g) >= SILENT_NOTE_EVERY_S:
+                what = "never started" if g not in self.heard else "is not answering"
+                log(f"node group {g} {what}: not waited for at the stop")
+                self._drop_fetches(g)
+                continue
+            stops[g] = actor.stop.remote()  # each waits up to REPLY_TIMEOUT_S for its saves
+        if stops:
+            ray.wait(list(stops.values()), num_returns=len(stops), timeout=REPLY_TIMEOUT_S + 60)
+        for g, ref in stops.items():
+            try:
+                statuses[g] = ray.get(ref, timeout=0)
+                self._take_one(
+                    g, ray.get(self.actors[g].poll.remote(), timeout=REPLY_TIMEOUT_S), final=True
+                )
+            except ray.exceptions.RayError as e:
+                log(f"node group {g} did not stop cleanly: {_first_line(e)}")
+                self._drop_fetches(g)
+        self._collect_fetched(block=True)  # the final checkpoints, before the actors go
+        return statuses
+
+    def _drop_fetches(self, g: int) -> None:
+        """Checkpoints of group g still on their way are not waited for (it does not answer):
+        the experiment folder keeps the newest that arrived."""
+        for key in [k for k in self.fetching if k[0] == g]:
+            name = self.fetch_next.pop(key, None) or self.fetching[key][0]
+            del self.fetching[key]
+            log(f"checkpoint {name} of node group {g} not fetched: the group is not answering")
+
     # --- what the groups report -------------------------------------------------------------
     def _poll_groups(self) -> list[dict]:
         """Ask every group for its news and take the answers that come within POLL_WAIT_S; a
         group that does not answer (its actor waits for a node, or restarts) is asked again
-        once it has, and the others go on meanwhile. Returns each group's last answer."""
-        import ray
-
+        once it has, and the others go on meanwhile. A group that has finished is not asked
+        again (its last answer named its final checkpoints). Returns each group's last answer."""
         now = time.monotonic()
         for g, actor in enumerate(self.actors):
-            if g not in self.polling:
+            if g not in self.polling and self.finished.get(g) is None:
                 self.polling[g] = (actor.poll.remote(), now)
-        refs = [ref for ref, _ in self.polling.values()]
-        ready = ray.wait(refs, num_returns=len(refs), timeout=POLL_WAIT_S)[0]
-        answered = set(ready)
-        for g, (ref, asked) in sorted(self.polling.items()):
-            if ref in answered:
-                del self.polling[g]
-                self.last_poll[g] = ray.get(ref, timeout=REPLY_TIMEOUT_S)
-                self._take_one(g, self.last_poll[g])
-                if g in self.silent_noted:
-                    log(f"node group {g} answers again after {time.monotonic() - asked:.0f} s")
-                    del self.silent_noted[g]
-                continue
-            silent = time.monotonic() - asked
+        self._take_answers(POLL_WAIT_S)
+        for g in sorted(self.polling):
+            silent = self._silent_s(g)
             if silent >= SILENT_NOTE_EVERY_S and (
                 time.monotonic() - self.silent_noted.get(g, -SILENT_NOTE_EVERY_S)
                 >= SILENT_NOTE_EVERY_S
@@ -456,6 +474,32 @@ class PopulationDriver:
                 )
         return [self.last_poll.get(g, NOT_HEARD) for g in range(len(self.actors))]
 
+    def _take_answers(self, wait_s: float) -> None:
+        """Take every pending poll that answers within wait_s. Each answer is taken before an
+        error of another group's is raised (its episodes and games were handed over once)."""
+        import ray
+
+        if not self.polling:
+            return
+        refs = [ref for ref, _ in self.polling.values()]
+        answered = set(ray.wait(refs, num_returns=len(refs), timeout=wait_s)[0])
+        error = None
+        for g, (ref, asked) in sorted(self.polling.items()):
+            if ref not in answered:
+                continue
+            del self.polling[g]
+            try:
+                self.last_poll[g] = ray.get(ref, timeout=REPLY_TIMEOUT_S)
+            except ray.exceptions.RayError as e:
+                error = error or e
+                continue
+            self._take_one(g, self.last_poll[g])
+            if g in self.silent_noted:
+                log(f"node group {g} answers again after {time.monotonic() - asked:.0f} s")
+                del self.silent_noted[g]
+        if error is not None:
+            raise error
+
     def _silent_s(self, g: int) -> float:
         """Seconds group g's pending poll has waited (0 when none is pending)."""
         return time.monotonic() - self.polling[g][1] if g in self.polling else 0.0
@@ -466,12 +510,14 @@ class PopulationDriver:
                 return g
         return None
 
+    def _silent_groups(self) -> set[int]:
+        """Groups whose poll has waited past POLL_WAIT_S."""
+        return {g for g in self.polling if self._silent_s(g) > POLL_WAIT_S}
+
     def _silent_members(self) -> set[int]:
-        """Members of groups whose poll has waited past POLL_WAIT_S: PBT neither judges nor
-        copies them until they answer (a call to them would wait as long)."""
-        return {
-            gid for g in self.polling if self._silent_s(g) > POLL_WAIT_S for gid in self.groups[g]
-        }
+        """Members of silent groups: PBT neither judges nor copies them until they answer (a
+        call to them would wait as long)."""
+        return {gid for g in self._silent_groups() for gid in self.groups[g]}
 
     def _take_one(self, g: int, poll: dict, final: bool = False) -> None:
         ids = self.groups[g]
@@ -496,7 +542,7 @@ class PopulationDriver:
                 del self._resuming[g]
         if poll["waiting"] and not final:
             self._start_groups([g])
-        if (restarted or g not in self.started_at) and not poll["finished"]:
+        if (restarted or g not in self.started_at) and not poll["finished"] and not final:
             self._send_values(g)
         self.started_at[g] = poll["started_at"]
         node, before = poll.get("node_id"), self.group_nodes.get(str(g))
@@ -551,16 +597,17 @@ class PopulationDriver:
         import ray
 
         asked = [self.actors[g].held.remote() for g in groups]
-        ready = set(ray.wait(asked, num_returns=len(asked), timeout=REPLY_TIMEOUT_S)[0])
+        limit = self.cfg.ray_group_timeout_s
+        ready = set(ray.wait(asked, num_returns=len(asked), timeout=limit)[0])
         self.heard.update(g for g, ref in zip(groups, asked) if ref in ready)
         missing = [g for g, ref in zip(groups, asked) if ref not in ready]
         if missing:
             c = self.cfg
             raise GroupsNotPlaced(
                 f"node group(s) {', '.join(map(str, missing))} did not start within "
-                f"{REPLY_TIMEOUT_S:.0f} s: Ray has no room for them (--ray_cpus_per_group="
-                f"{c.ray_cpus_per_group:g}, --ray_gpus_per_group={c.ray_gpus_per_group:g} "
-                "each; `ray status` shows what the cluster has)"
+                f"{limit} s (--ray_group_timeout_s): Ray has no room for them "
+                f"(--ray_cpus_per_group={c.ray_cpus_per_group:g}, --ray_gpus_per_group="
+                f"{c.ray_gpus_per_group:g} each; `ray status` shows what the cluster has)"
             )
         held = ray.get(asked, timeout=REPLY_TIMEOUT_S)
         starts = []
@@ -675,7 +722,12 @@ class PopulationDriver:
 
         weights = self.actors[g].export_snapshot.remote(sid)  # stays in the store
         name = foreign_snapshot_id(member, steps)
-        others = [a for h, a in enumerate(self.actors) if h != g and self.finished.get(h) is None]
+        silent = self._silent_groups()  # a call to them would wait: they miss this one
+        others = [
+            a
+            for h, a in enumerate(self.actors)
+            if h != g and self.finished.get(h) is None and h not in silent
+        ]
         try:
             ray.get([a.add_snapshot.remote(name, weights) for a in others], timeout=REPLY_TIMEOUT_S)
             self.shared_snapshots += 1

@@ -251,9 +251,6 @@ def test_a_group_no_node_has_room_for_ends_the_run_in_one_line(
 ):
     """On the cluster of the tests above (1 CPU per node), a group asking for 2 CPUs is never
     placed: the run ends with status 1 and a line naming the flag, without waiting for it."""
-    import rl_pbt.distributed.driver as driver_module
-
-    monkeypatch.setattr(driver_module, "REPLY_TIMEOUT_S", 3.0)
     cfg = parse_cfg(
         [
             *FLAGS,
@@ -261,6 +258,7 @@ def test_a_group_no_node_has_room_for_ends_the_run_in_one_line(
             f"--train_dir={tmp_path}",
             "--experiment=big",
             "--ray_cpus_per_group=2",
+            "--ray_group_timeout_s=3",
         ]
     )
     started = time.monotonic()
@@ -573,6 +571,79 @@ def test_a_group_that_does_not_answer_holds_up_neither_the_others_nor_pbt(
     assert "node group 1 answers again after 105 s" in capsys.readouterr().out
     driver._poll_groups()
     assert silent.asked == 2 and driver._silent_too_long() is None
+    before = answering.asked
+    driver.finished = {0: 0}  # group 0 trained its budget: its last answer holds
+    assert driver._poll_groups()[0] == answering.value and answering.asked == before
+    driver.scalars.close()
+
+
+class Stoppable:
+    """A node group's actor at the stop: poll and stop answer at once, or not until
+    `answers` is set."""
+
+    def __init__(self, answers):
+        self.poll, self.stop = Polled(answers), Polled(answers, 0)
+
+
+def test_the_stop_waits_for_slow_groups_and_not_for_silent_ones(tmp_path, monkeypatch, capsys):
+    """At the stop every group that answers is stopped (one that was only slow to answer the
+    last round included) and its last answer taken; a group silent for a minute is not waited
+    for, nor are its checkpoints on their way; a group that finished keeps its status."""
+    import types
+
+    import rl_pbt.distributed.driver as driver_module
+    from rl_pbt.distributed.driver import PopulationDriver
+
+    clock = [1000.0]
+    monkeypatch.setattr(
+        driver_module,
+        "time",
+        types.SimpleNamespace(monotonic=lambda: clock[0], time=time.time, strftime=time.strftime),
+    )
+    monkeypatch.setattr(
+        ray,
+        "wait",
+        lambda refs, num_returns=1, timeout=None: (
+            [r for r in refs if r.ready],
+            [r for r in refs if not r.ready],
+        ),
+    )
+    monkeypatch.setattr(ray, "get", lambda ref, timeout=None: ref.value)
+    driver = PopulationDriver(
+        driver_cfg(tmp_path, "--num_policies=6", "--policies_per_node=2", "--with_pbt")
+    )
+    slow, silent, done = Stoppable(False), Stoppable(False), Stoppable(True)
+    driver.actors = [slow, silent, done]
+    driver.heard = {0, 1, 2}
+    taken = []
+    driver._take_one = lambda g, poll, final=False: taken.append((g, final))
+    driver.finished = {2: 0}
+    driver._poll_groups()
+    assert taken == [] and done.poll.asked == 0
+    driver.fetching[(1, 0)] = ("checkpoint_000000010_1000.pth", FakeRef(None), clock[0])
+    clock[0] += 70  # group 1 silent for over a minute; group 0 answers just now
+    slow.poll.refs[0].ready = slow.poll.answers = slow.stop.answers = True
+    assert driver._stop_groups() == [0, None, 0]
+    assert taken == [(0, False), (0, True)] and slow.stop.asked == 1
+    assert silent.stop.asked == 0 and done.stop.asked == 0 and not driver.fetching
+    out = capsys.readouterr().out
+    assert "node group 1 is not answering: not waited for at the stop" in out
+    assert "checkpoint_000000010_1000.pth of node group 1 not fetched" in out
+    driver.scalars.close()
+
+
+def test_a_snapshot_is_not_sent_to_a_group_that_does_not_answer(tmp_path, monkeypatch):
+    from rl_pbt.distributed.driver import PopulationDriver
+
+    monkeypatch.setattr(ray, "get", lambda refs, timeout=None: [r.value for r in refs])
+    driver = PopulationDriver(driver_cfg(tmp_path, "--num_policies=6", "--policies_per_node=2"))
+    groups = [FakeGroup(), FakeGroup(), FakeGroup()]
+    for a in groups:
+        a.export_snapshot = a.add_snapshot = a
+    driver.actors = groups
+    driver.polling = {1: (FakeRef(None), time.monotonic() - 10)}  # group 1 silent for 10 s
+    driver._share_snapshot(0, "snap:p0@1000", 0, 1000)
+    assert groups[1].calls == [] and len(groups[2].calls) == 1 and driver.shared_snapshots == 1
     driver.scalars.close()
 
 
