@@ -20,6 +20,7 @@ target, which reads it back at once to check it arrived bit for bit.
 
 from __future__ import annotations
 
+import collections
 import json
 import os
 import signal
@@ -41,8 +42,9 @@ from rl_pbt.learning.checkpoints import (
     install_checkpoint_file,
 )
 from rl_pbt.learning.learner import default_hparams
+from rl_pbt.logging import progress
 from rl_pbt.logging.files import POPULATION_FILE, atomic_write_json, read_json, scalars_path
-from rl_pbt.logging.stats import ScalarsFile
+from rl_pbt.logging.stats import NO_TIME_LIMIT, ScalarsFile
 from rl_pbt.runtime.devices import derive_seed, fresh_seed
 from rl_pbt.runtime.run_lock import RunLock
 from rl_pbt.sampling.elo import EloRatings, scores_against_scripted, scores_against_snapshots
@@ -204,6 +206,8 @@ class PopulationDriver:
         # the experiment folder, --ray_node_dir) is set aside, not resumed
         self.fresh_groups = set() if self.resuming else set(range(len(self.groups)))
         self.in_flight: dict[int, set[int]] = {}  # group -> members whose copy has not landed
+        # (monotonic time, env steps in all, the slowest member's): rate and ETA
+        self.progress_samples: collections.deque = collections.deque(maxlen=64)
         self.heard: set[int] = set()  # groups whose actor has answered (Ray placed them)
         self.polling: dict[int, tuple[Any, float]] = {}  # group -> (its pending poll, asked at)
         self.last_poll: dict[int, dict] = {}  # group -> its last answer
@@ -806,16 +810,37 @@ class PopulationDriver:
         )
 
     # --- output -----------------------------------------------------------------------------
-    def _status_line(self, elapsed: Optional[float]) -> None:
-        total = sum(self.env_steps)
-        slowest = min(self.env_steps)
-        share = min(1.0, slowest / max(1, self.cfg.train_for_env_steps))
-        head = f"[{elapsed:.0f}s] " if elapsed is not None else "done: "
-        objectives = [f"{np.mean(r):.2f}" if r else "-" for r in self.recent]
-        log(
-            f"{head}{total:,} env steps in all, {share:.0%} of the budget (slowest member "
-            f"{slowest:,}); objectives {' '.join(objectives)}"
+    def _status_line(self, elapsed: Optional[float]) -> str:
+        """The population's progress: env steps in all and per second (over the last minute),
+        the budget's share done by the slowest member, the time left, recent objectives."""
+        cfg = self.cfg
+        total, slowest = sum(self.env_steps), min(self.env_steps)
+        share = min(1.0, slowest / max(1, cfg.train_for_env_steps))
+        objectives = " ".join(f"{np.mean(r):.2f}" if r else "-" for r in self.recent)
+        if elapsed is None:
+            text = (
+                f"done: {total:,} env steps in all, {share:.0%} of the budget (slowest member "
+                f"{slowest:,}); objectives {objectives}"
+            )
+            log(text)
+            return text
+        now = time.monotonic()
+        self.progress_samples.append((now, total, slowest))
+        rate = progress.progress_rate([(t, n) for t, n, _ in self.progress_samples])
+        limit = cfg.train_for_seconds if cfg.train_for_seconds < NO_TIME_LIMIT else None
+        eta = progress.estimate_eta(
+            [(t, s) for t, _, s in self.progress_samples],
+            cfg.train_for_env_steps,
+            elapsed=elapsed,
+            time_limit=limit,
         )
+        per_s = f" ({rate:,.0f}/s)" if rate is not None else ""
+        text = (
+            f"[{elapsed:.0f}s] {total:,} env steps in all{per_s}, {share:.0%} of the budget "
+            f"(slowest member {slowest:,}), {eta.text()}; objectives {objectives}"
+        )
+        log(text)
+        return text
 
     def _write_summaries(self) -> None:
         try:

@@ -673,6 +673,34 @@ def test_groups_ray_cannot_place_are_named_and_not_waited_for(tmp_path, monkeypa
     driver.scalars.close()
 
 
+def test_the_status_line_gives_the_rate_and_the_time_left(tmp_path, monkeypatch, capsys):
+    import types
+
+    import rl_pbt.distributed.driver as driver_module
+    from rl_pbt.distributed.driver import PopulationDriver
+
+    clock = [1000.0]
+    monkeypatch.setattr(
+        driver_module,
+        "time",
+        types.SimpleNamespace(monotonic=lambda: clock[0], time=time.time, strftime=time.strftime),
+    )
+    driver = PopulationDriver(driver_cfg(tmp_path, "--train_for_env_steps=100000"))
+    driver.env_steps = [10_000, 20_000, 30_000, 40_000]
+    assert "100,000 env steps in all, 10% of the budget (slowest member 10,000), ETA ?" in (
+        driver._status_line(5.0)
+    )
+    clock[0] += 10
+    driver.env_steps = [15_000, 25_000, 35_000, 45_000]  # 2,000 env steps/s, 500 the slowest
+    line = driver._status_line(15.0)
+    assert "120,000 env steps in all (2,000/s), 15% of the budget" in line, line
+    assert "ETA 2m50s" in line, line  # 85,000 env steps left for the slowest at 500/s
+    limited = PopulationDriver(driver_cfg(tmp_path, "--train_for_seconds=60"))
+    assert "ETA <=55s (time limit)" in limited._status_line(5.0)
+    driver.scalars.close()
+    limited.scalars.close()
+
+
 def test_ray_address_without_ray_is_one_line_naming_the_extra(tmp_path, monkeypatch, capsys):
     real = importlib.util.find_spec
     monkeypatch.setattr(
