@@ -495,6 +495,33 @@ def test_members_of_a_group_that_finished_are_no_pbt_source(tmp_path):
     driver.scalars.close()
 
 
+def driver_clock(monkeypatch) -> list[float]:
+    """The driver's monotonic clock made a list the test moves by hand: clock[0] seconds."""
+    import types
+
+    import rl_pbt.distributed.driver as driver_module
+
+    clock = [1000.0]
+    monkeypatch.setattr(
+        driver_module,
+        "time",
+        types.SimpleNamespace(monotonic=lambda: clock[0], time=time.time, strftime=time.strftime),
+    )
+    return clock
+
+
+def wait_for_ready_refs(monkeypatch) -> None:
+    """ray.wait on FakeRefs: those marked ready have answered, at once."""
+    monkeypatch.setattr(
+        ray,
+        "wait",
+        lambda refs, num_returns=1, timeout=None: (
+            [r for r in refs if r.ready],
+            [r for r in refs if not r.ready],
+        ),
+    )
+
+
 class Polled:
     """A node group's actor as the driver polls it: each poll answers at once, or not until
     `answers` is set."""
@@ -519,25 +546,10 @@ def test_a_group_that_does_not_answer_holds_up_neither_the_others_nor_pbt(
     asked once and waited for in the background: the others' answers are taken every round,
     PBT leaves its members alone, its silence is logged once a minute, and past
     --ray_group_timeout_s the driver names it."""
-    import types
-
-    import rl_pbt.distributed.driver as driver_module
     from rl_pbt.distributed.driver import PopulationDriver
 
-    clock = [1000.0]
-    monkeypatch.setattr(
-        driver_module,
-        "time",
-        types.SimpleNamespace(monotonic=lambda: clock[0], time=time.time, strftime=time.strftime),
-    )
-    monkeypatch.setattr(
-        ray,
-        "wait",
-        lambda refs, num_returns=1, timeout=None: (
-            [r for r in refs if r.ready],
-            [r for r in refs if not r.ready],
-        ),
-    )
+    clock = driver_clock(monkeypatch)
+    wait_for_ready_refs(monkeypatch)
     monkeypatch.setattr(ray, "get", lambda ref, timeout=None: ref.value)
     driver = PopulationDriver(driver_cfg(tmp_path, "--with_pbt", "--ray_group_timeout_s=100"))
     answering, silent = Polled(True), Polled(False)
@@ -589,25 +601,10 @@ def test_the_stop_waits_for_slow_groups_and_not_for_silent_ones(tmp_path, monkey
     """At the stop every group that answers is stopped (one that was only slow to answer the
     last round included) and its last answer taken; a group silent for a minute is not waited
     for, nor are its checkpoints on their way; a group that finished keeps its status."""
-    import types
-
-    import rl_pbt.distributed.driver as driver_module
     from rl_pbt.distributed.driver import PopulationDriver
 
-    clock = [1000.0]
-    monkeypatch.setattr(
-        driver_module,
-        "time",
-        types.SimpleNamespace(monotonic=lambda: clock[0], time=time.time, strftime=time.strftime),
-    )
-    monkeypatch.setattr(
-        ray,
-        "wait",
-        lambda refs, num_returns=1, timeout=None: (
-            [r for r in refs if r.ready],
-            [r for r in refs if not r.ready],
-        ),
-    )
+    clock = driver_clock(monkeypatch)
+    wait_for_ready_refs(monkeypatch)
     monkeypatch.setattr(ray, "get", lambda ref, timeout=None: ref.value)
     driver = PopulationDriver(
         driver_cfg(tmp_path, "--num_policies=6", "--policies_per_node=2", "--with_pbt")
@@ -653,14 +650,7 @@ def test_groups_ray_cannot_place_are_named_and_not_waited_for(tmp_path, monkeypa
     wait for it."""
     from rl_pbt.distributed.driver import GroupsNotPlaced, PopulationDriver
 
-    monkeypatch.setattr(
-        ray,
-        "wait",
-        lambda refs, num_returns=1, timeout=None: (
-            [r for r in refs if r.ready],
-            [r for r in refs if not r.ready],
-        ),
-    )
+    wait_for_ready_refs(monkeypatch)
     driver = PopulationDriver(driver_cfg(tmp_path, "--ray_gpus_per_group=2"))
     placed, unplaced = FakeGroup(), FakeGroup()
     placed.held, unplaced.held = Polled(True, {0: None, 1: None}), Polled(False, {0: None, 1: None})
@@ -674,17 +664,9 @@ def test_groups_ray_cannot_place_are_named_and_not_waited_for(tmp_path, monkeypa
 
 
 def test_the_status_line_gives_the_rate_and_the_time_left(tmp_path, monkeypatch, capsys):
-    import types
-
-    import rl_pbt.distributed.driver as driver_module
     from rl_pbt.distributed.driver import PopulationDriver
 
-    clock = [1000.0]
-    monkeypatch.setattr(
-        driver_module,
-        "time",
-        types.SimpleNamespace(monotonic=lambda: clock[0], time=time.time, strftime=time.strftime),
-    )
+    clock = driver_clock(monkeypatch)
     driver = PopulationDriver(driver_cfg(tmp_path, "--train_for_env_steps=100000"))
     driver.env_steps = [10_000, 20_000, 30_000, 40_000]
     assert "100,000 env steps in all, 10% of the budget (slowest member 10,000), ETA ?" in (
