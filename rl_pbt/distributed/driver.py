@@ -189,6 +189,9 @@ class PopulationDriver:
         # other groups: over the whole run, resumes included, as the copies and restarts above
         self._failed_copies = int(before.get("decisions_not_carried_out", 0))
         self.shared_snapshots = int(before.get("snapshots_shared_between_groups", 0))
+        # the newest snapshots shared (pool size): name -> (its group, its weights' object
+        # ref); a group Ray restarts gets the others' again
+        self.shared_pool: collections.OrderedDict[str, tuple[int, Any]] = collections.OrderedDict()
         # (group, local member) -> (checkpoint name, the read's object ref, when it was asked)
         self.fetching: dict[tuple[int, int], tuple[str, Any, float]] = {}
         # a newer checkpoint named while an older one of the same member is on its way: fetched
@@ -548,6 +551,8 @@ class PopulationDriver:
             self._start_groups([g])
         if (restarted or g not in self.started_at) and not poll["finished"] and not final:
             self._send_values(g)
+            if restarted:
+                self._resend_snapshots(g)
         self.started_at[g] = poll["started_at"]
         node, before = poll.get("node_id"), self.group_nodes.get(str(g))
         if node is not None and before is not None and node != before:
@@ -735,8 +740,31 @@ class PopulationDriver:
         try:
             ray.get([a.add_snapshot.remote(name, weights) for a in others], timeout=REPLY_TIMEOUT_S)
             self.shared_snapshots += 1
+            self.shared_pool[name] = (g, weights)
+            while len(self.shared_pool) > self.cfg.selfplay_snapshot_pool_size:
+                self.shared_pool.popitem(last=False)  # the oldest: out of every pool by now
         except (ray.exceptions.RayError, RuntimeError, TimeoutError) as e:
             log(f"snapshot {name} not shared: {_first_line(e)}")
+
+    def _resend_snapshots(self, g: int) -> None:
+        """Group g was restarted by Ray with an empty pool of frozen opponents: the other
+        groups' newest snapshots, oldest first, go to it again (their weights are still in the
+        object store, held by the driver)."""
+        import ray
+
+        again = [(name, ref) for name, (src, ref) in self.shared_pool.items() if src != g]
+        if not again:
+            return
+        actor = self.actors[g]
+        calls = [actor.add_snapshot.remote(name, ref) for name, ref in again]
+        taken = 0
+        for (name, _), call in zip(again, calls):
+            try:
+                ray.get(call, timeout=REPLY_TIMEOUT_S)
+                taken += 1
+            except (ray.exceptions.RayError, RuntimeError, TimeoutError) as e:
+                log(f"snapshot {name} not sent to node group {g} again: {_first_line(e)}")
+        log(f"node group {g}: {taken} of the other groups' snapshots sent to it again")
 
     # --- PBT across groups ------------------------------------------------------------------
     def _pbt_step(self) -> None:

@@ -644,6 +644,56 @@ def test_a_snapshot_is_not_sent_to_a_group_that_does_not_answer(tmp_path, monkey
     driver.scalars.close()
 
 
+def group_poll(started_at: float) -> dict:
+    """A node group's answer to a poll, running, with nothing new."""
+    return {
+        "started_at": started_at,
+        "node_id": None,
+        "waiting": False,
+        "env_steps": [100, 100],
+        "versions": [1, 1],
+        "checkpoints": {},
+        "episodes": [],
+        "copy_latencies": [],
+        "snapshots": [],
+        "matches": [],
+        "copying": [],
+        "finished": False,
+        "status": None,
+        "error": None,
+    }
+
+
+def test_a_group_ray_restarted_gets_the_other_groups_snapshots_again(tmp_path, monkeypatch):
+    """Frozen snapshots live in each group's memory: a group Ray restarts starts with an empty
+    pool, and gets the other groups' newest snapshots (the pool's size of them) again."""
+    from rl_pbt.distributed.driver import PopulationDriver
+
+    monkeypatch.setattr(
+        ray,
+        "get",
+        lambda refs, timeout=None: [r.value for r in refs] if isinstance(refs, list) else None,
+    )
+    driver = PopulationDriver(
+        driver_cfg(tmp_path, "--num_policies=6", "--selfplay_snapshot_pool_size=2")
+    )
+    groups = [FakeGroup(), FakeGroup(), FakeGroup()]
+    for a in groups:
+        a.export_snapshot = a.add_snapshot = a
+    driver.actors = groups
+    driver._share_snapshot(0, "p0@1000", 0, 1000)
+    driver._share_snapshot(2, "p1@1000", 5, 1000)
+    driver._share_snapshot(1, "p0@2000", 2, 2000)  # the oldest leaves the pool of 2
+    assert list(driver.shared_pool) == ["snap:m5@1000", "snap:m2@2000"]
+    driver._take_one(1, group_poll(started_at=1.0))
+    before = list(groups[1].calls)
+    driver._take_one(1, group_poll(started_at=2.0))  # a new actor: Ray restarted the group
+    again = groups[1].calls[len(before) :]
+    assert [name for name, _ in again] == ["snap:m5@1000"]  # the others' only, oldest first
+    assert again[0][1] is driver.shared_pool["snap:m5@1000"][1]  # the weights exported once
+    driver.scalars.close()
+
+
 def test_groups_ray_cannot_place_are_named_and_not_waited_for(tmp_path, monkeypatch):
     """Ray has no room for a group's actor (its --ray_cpus_per_group or --ray_gpus_per_group
     are more than any node has free): the start names it and the flags, and the stop does not
