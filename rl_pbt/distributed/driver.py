@@ -173,6 +173,7 @@ class PopulationDriver:
         )
         self.copies: list[dict[str, Any]] = before.get("cross_group_copies", [])
         self.group_nodes: dict[str, str] = dict(before.get("group_nodes", {}))
+        self.group_hosts: dict[str, str] = dict(before.get("group_hosts", {}))  # group -> its IP
         # (member, seconds from the decision to its first update after the copy, across groups)
         self.copy_latencies: list[tuple[int, float, bool]] = []
         self.before_arrival: dict[int, float] = {}  # member -> decision to arrival (s)
@@ -554,15 +555,18 @@ class PopulationDriver:
             if restarted:
                 self._resend_snapshots(g)
         self.started_at[g] = poll["started_at"]
-        node, before = poll.get("node_id"), self.group_nodes.get(str(g))
-        if node is not None and before is not None and node != before:
+        node, ip = poll.get("node_id"), poll.get("node_ip")
+        ip_before = self.group_hosts.get(str(g))
+        if ip is not None and ip_before is not None and ip != ip_before:
             log(
-                f"node group {g} now runs on node {node[:12]}, not on {before[:12]} where it "
-                "ran before: it resumes from its folder only if that node sees it (a shared "
-                "filesystem)"
+                f"node group {g} now runs on {ip}, not on {ip_before} where it ran before: "
+                "what that node's folder lacks of its newest checkpoints comes from the "
+                "experiment folder"
             )
         if node is not None:
             self.group_nodes[str(g)] = node
+        if ip is not None:
+            self.group_hosts[str(g)] = ip
         for m, name in poll["checkpoints"].items():
             self._fetch(g, int(m), name)
         for m, steps in enumerate(poll["env_steps"]):
@@ -942,6 +946,7 @@ class PopulationDriver:
             {
                 "groups": {f"g{g}": ids for g, ids in enumerate(self.groups)},
                 "group_nodes": self.group_nodes,  # the Ray node each group last ran on
+                "group_hosts": self.group_hosts,  # and that node's address
                 "env_steps": self.env_steps,
                 "statuses": statuses,
                 "cross_group_copies": self.copies,

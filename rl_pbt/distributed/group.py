@@ -57,7 +57,9 @@ def group_cfg(cfg: dict, index: int, members: list[int], run_seed: int) -> Cfg:
         experiment=f"g{index}",
         restart_behavior="resume",
         ray_address=None,
-        seed=derive_seed(run_seed, "group", index),
+        # seeded runs only: without --seed each start draws its own (as a run on one machine
+        # does), and a resume finds the same flag (None) as the run before
+        seed=derive_seed(run_seed, "group", index) if cfg.get("seed") is not None else None,
         with_wandb=False,
     )
     return Cfg(out)
@@ -69,6 +71,17 @@ def _node_id() -> Optional[str]:
 
         return ray.get_runtime_context().get_node_id()
     except Exception:  # not inside Ray (a test building the group directly)
+        return None
+
+
+def _node_ip() -> Optional[str]:
+    """The address of this group's machine (node ids change with each Ray instance, so a run
+    on one machine restarted with a new local Ray is on the same machine, another node id)."""
+    try:
+        import ray
+
+        return ray.util.get_node_ip_address()
+    except Exception:  # not inside Ray
         return None
 
 
@@ -88,6 +101,7 @@ class NodeGroup:
         self.members = list(members)
         self.started_at = time.time()  # tells the driver when Ray restarted this group
         self.node_id = _node_id()  # where its folder and checkpoints are
+        self.node_ip = _node_ip()
         self.cfg = group_cfg(cfg, index, members, run_seed)
         self.folder = os.path.join(self.cfg.train_dir, self.cfg.experiment)
         self.status: Optional[int] = None
@@ -147,6 +161,7 @@ class NodeGroup:
         return {
             "started_at": self.started_at,
             "node_id": self.node_id,
+            "node_ip": self.node_ip,
             "waiting": r is None,  # for start()
             "env_steps": [int(x) for x in r.env_steps] if r is not None else [],
             "versions": [int(x) for x in r.versions] if r is not None else [],

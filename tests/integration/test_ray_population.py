@@ -644,11 +644,12 @@ def test_a_snapshot_is_not_sent_to_a_group_that_does_not_answer(tmp_path, monkey
     driver.scalars.close()
 
 
-def group_poll(started_at: float) -> dict:
+def group_poll(started_at: float, node_id=None, node_ip=None) -> dict:
     """A node group's answer to a poll, running, with nothing new."""
     return {
         "started_at": started_at,
-        "node_id": None,
+        "node_id": node_id,
+        "node_ip": node_ip,
         "waiting": False,
         "env_steps": [100, 100],
         "versions": [1, 1],
@@ -692,6 +693,40 @@ def test_a_group_ray_restarted_gets_the_other_groups_snapshots_again(tmp_path, m
     assert [name for name, _ in again] == ["snap:m5@1000"]  # the others' only, oldest first
     assert again[0][1] is driver.shared_pool["snap:m5@1000"][1]  # the weights exported once
     driver.scalars.close()
+
+
+def test_a_group_on_another_machine_is_named_and_a_new_local_ray_is_not(tmp_path, capsys):
+    """A re-run with --ray_address=local starts a new Ray: every node id is new, on the same
+    machine. Only a group whose machine (address) changed is named."""
+    from rl_pbt.distributed.driver import PopulationDriver
+
+    first = PopulationDriver(driver_cfg(tmp_path))
+    first._take_one(0, group_poll(1.0, "aaaa", "10.0.0.1"))
+    first._take_one(1, group_poll(1.0, "bbbb", "10.0.0.2"))
+    first._save_population([0, 0])
+    first.scalars.close()
+    again = PopulationDriver(driver_cfg(tmp_path))
+    assert again.group_hosts == {"0": "10.0.0.1", "1": "10.0.0.2"}
+    again._take_one(0, group_poll(2.0, "cccc", "10.0.0.1"))  # a new Ray on the same machine
+    again._take_one(1, group_poll(2.0, "dddd", "10.0.0.3"))  # another machine
+    out = capsys.readouterr().out
+    assert "node group 0 now runs" not in out
+    assert "node group 1 now runs on 10.0.0.3, not on 10.0.0.2" in out, out
+    assert again.group_nodes == {"0": "cccc", "1": "dddd"}
+    again.scalars.close()
+
+
+def test_groups_take_a_seed_only_from_a_seeded_run():
+    """Without --seed every start of a group draws its own (a resume then finds the same flag
+    as the run before, not a changed seed); with one, each group gets its own derived seed."""
+    from rl_pbt.distributed.group import group_cfg
+
+    unseeded = parse_cfg(["--env=CartPole-v1"]).to_dict()
+    assert group_cfg(unseeded, 0, [0, 1], 123).seed is None
+    seeded = parse_cfg(["--env=CartPole-v1", "--seed=7"]).to_dict()
+    seeds = {group_cfg(seeded, g, [0, 1], 7).seed for g in range(3)}
+    assert len(seeds) == 3 and None not in seeds
+    assert group_cfg(seeded, 1, [0, 1], 7).seed == group_cfg(seeded, 1, [0, 1], 7).seed
 
 
 def test_groups_ray_cannot_place_are_named_and_not_waited_for(tmp_path, monkeypatch):
