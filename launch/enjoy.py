@@ -49,11 +49,20 @@ def build_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("--experiment", required=True)
     parser.add_argument("--train_dir", default="train_dir")
-    parser.add_argument("--policy", type=int, default=0, help="population member to load")
-    parser.add_argument("--episodes", type=int, default=10)
+    # the second names are Sample Factory's enjoy flags, so its command lines run here too
+    parser.add_argument(
+        "--policy", "--policy_index", type=int, default=0, help="population member to load"
+    )
+    parser.add_argument("--episodes", "--max_num_episodes", type=int, default=10)
     add_play_flags(parser)
     parser.add_argument("--max_steps", type=int, default=100_000, help="bound on total steps")
     add_video_flag(parser, "the episodes", "p{policy}")
+    parser.add_argument(
+        "--no_render",
+        action="store_true",
+        help="accepted for Sample Factory command lines: nothing is drawn on screen here "
+        "(--save_video records the episodes)",
+    )
     return parser
 
 

@@ -209,6 +209,17 @@ def test_match_reads_the_env_of_the_run(tmp_path, capsys):
     assert "'p0'" in err and "arena_duel" in err and "--env=arena_2v2" in err
 
 
+def test_enjoy_runs_a_sample_factory_command_line(tmp_path, capsys):
+    """Sample Factory's enjoy flags (--max_num_episodes, --policy_index, --no_render) work."""
+    fake_run(tmp_path)
+    argv = [f"--train_dir={tmp_path}", "--experiment=run", "--max_num_episodes=2"]
+    assert enjoy.main(argv + ["--policy_index=0", "--no_render"]) == 0
+    out = capsys.readouterr().out
+    assert "episode 2:" in out and "episode 3:" not in out
+    args = enjoy.build_parser().parse_args(argv + ["--policy_index=3"])
+    assert (args.episodes, args.policy, args.no_render) == (2, 3, False)
+
+
 def test_enjoy_takes_the_env_from_the_run(tmp_path, capsys):
     fake_run(tmp_path)
     base = [f"--train_dir={tmp_path}", "--experiment=run", "--episodes=1"]
