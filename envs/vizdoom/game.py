@@ -217,6 +217,15 @@ def doom_work_dir() -> str:
     return folder
 
 
+def _make_doom_folder() -> None:
+    """Doom makes ./_vizdoom/ in the folder it starts in when the folder has none; two games
+    starting at once there can both find it missing, and the one whose mkdir fails crashes
+    ("Failed to create ./_vizdoom/ directory: File exists", then a segfault). Made here first,
+    with exist_ok, before any game of this process starts."""
+    with contextlib.suppress(OSError):  # a read-only folder: Doom says so itself
+        os.makedirs("_vizdoom", exist_ok=True)
+
+
 def _doom_ini_path() -> str:
     """Doom's settings file, one per process (removed when the process exits)."""
     path = os.path.join(doom_work_dir(), f"_vizdoom_{os.getpid()}.ini")
@@ -254,6 +263,7 @@ def build_game(
     deathmatch, no network, bots added by the env), "host" (hosts a network deathmatch for
     `num_players` players on UDP `port`) or "join" (joins the host on 127.0.0.1:`port`).
     """
+    _make_doom_folder()
     game = vzd.DoomGame()
     if scenario.config:
         game.load_config(os.path.join(vzd.scenarios_path, scenario.config))

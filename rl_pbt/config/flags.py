@@ -959,6 +959,16 @@ FOREIGN_FLAGS: list[ForeignFlag] = [
     ForeignFlag("set_workers_cpu_affinity", "rollout workers are not pinned to CPU cores"),
     ForeignFlag("heartbeat_interval", "silent components are detected after --heartbeat_timeout"),
     ForeignFlag("wandb_user", "the W&B user or team", renamed_to="wandb_entity"),
+    # Sample Factory's VizDoom flags at its defaults, which are this trainer's Doom defaults
+    ForeignFlag(
+        "wide_aspect_ratio",
+        "Doom frames are rendered at 4:3 (160x120) and resized to --doom_resolution",
+        allowed=("False",),
+    ),
+    ForeignFlag(
+        "res_w", "the observation size is --doom_resolution=WIDTHxHEIGHT", allowed=("128",)
+    ),
+    ForeignFlag("res_h", "the observation size is --doom_resolution=WIDTHxHEIGHT", allowed=("72",)),
 ]
 
 FOREIGN_BY_NAME: dict[str, ForeignFlag] = {f.name: f for f in FOREIGN_FLAGS}
