@@ -218,6 +218,8 @@ def test_sample_factory_names_are_accepted_with_a_note(capsys):
         ("--rnn_type=lstm", ["--rnn_type='lstm'", "GRU", "gru"]),
         ("--async_rl=False", ["--async_rl='False'", "True"]),
         ("--rnn_num_layers=2", ["--rnn_num_layers='2'", "1"]),
+        ("--wide_aspect_ratio=True", ["--wide_aspect_ratio='True'", "--doom_resolution"]),
+        ("--res_w=256", ["--res_w='256'", "--doom_resolution", "128"]),
     ],
 )
 def test_sample_factory_values_this_trainer_does_not_honour_are_refused(arg, words):
@@ -225,6 +227,15 @@ def test_sample_factory_values_this_trainer_does_not_honour_are_refused(arg, wor
         parse_cfg(BASE + [arg])
     for w in words:
         assert w in str(err.value)
+
+
+def test_sample_factorys_doom_command_line_runs_here(capsys):
+    """The VizDoom example command of Sample Factory's docs, its values at the defaults here."""
+    argv = ["--env=doom_basic", "--algo=APPO", "--env_frameskip=4", "--use_rnn=True"]
+    argv += ["--batch_size=2048", "--wide_aspect_ratio=False", "--res_w=128", "--res_h=72"]
+    cfg = parse_cfg(argv)
+    err = capsys.readouterr().err
+    assert cfg.batch_size == 2048 and "--wide_aspect_ratio=False" in err and "--res_h=72" in err
 
 
 def test_foreign_names_do_not_shadow_real_flags():
