@@ -179,6 +179,17 @@ SCENARIOS: dict[str, Scenario] = {
             config="defend_the_center.cfg",
         ),
         Scenario(
+            "doom_defend_the_line",
+            "single",
+            "defend_the_line.wad",
+            "map01",
+            (TURN, ATTACK),
+            "kills",
+            0,
+            1.0,
+            config="defend_the_line.cfg",
+        ),
+        Scenario(
             "doom_health_gathering",
             "single",
             "health_gathering.wad",

@@ -107,6 +107,7 @@ def test_every_name_is_registered_with_flags_and_defaults():
     assert {
         "doom_basic",
         "doom_defend_the_center",
+        "doom_defend_the_line",
         "doom_health_gathering",
         "doom_health_gathering_supreme",
         "doom_my_way_home",
@@ -451,7 +452,9 @@ def nested(path: str, value: float) -> dict:
     return out
 
 
-@pytest.mark.parametrize("name", ["doom_defend_the_center", "doom_health_gathering"])
+@pytest.mark.parametrize(
+    "name", ["doom_defend_the_center", "doom_defend_the_line", "doom_health_gathering"]
+)
 def test_changed_coefficient_changes_reward_of_replayed_actions(name):
     env = make_env(name, None, env_config(doom_episode_timeout=300))
     try:
