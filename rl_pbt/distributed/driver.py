@@ -58,6 +58,7 @@ from rl_pbt.sampling.matchmaking import (
 POLL_EVERY_S = 1.0
 POLL_WAIT_S = 2.0  # a poll not answered in this time is taken at a later round
 SILENT_NOTE_EVERY_S = 60.0
+STOP_GRACE_S = 10.0  # at the stop, for the answer of a group's last poll
 REPLY_TIMEOUT_S = 300.0
 STATUS_EVERY_S = 10.0
 SUMMARY_EVERY_S = 10.0
@@ -415,13 +416,14 @@ class PopulationDriver:
 
     def _stop_groups(self) -> list[Optional[int]]:
         """Stop every group at once and take its last answer (its final checkpoints are fetched
-        before the actors go); one deadline for all. Groups Ray never placed, and groups not
-        answering for SILENT_NOTE_EVERY_S, are not waited for; a finished group keeps its
-        status. Returns each group's status (None: not known)."""
+        before the actors go); one deadline for all. A group whose last poll has not answered
+        within STOP_GRACE_S more (its actor lost with its node, or waiting for one), and a
+        group Ray never placed, is not waited for; a finished group keeps its status. Returns
+        each group's status (None: not known)."""
         import ray
 
         try:
-            self._take_answers(0.0)  # answers that came since the last round
+            self._take_answers(STOP_GRACE_S)  # a group only slow to answer is stopped too
         except ray.exceptions.RayError as e:
             log(f"a node group's last answer was lost: {_first_line(e)}")
         statuses: list[Optional[int]] = [self.finished.get(g) for g in range(len(self.actors))]
@@ -429,7 +431,7 @@ class PopulationDriver:
         for g, actor in enumerate(self.actors):
             if statuses[g] is not None:
                 continue
-            if g not in self.heard or self._silent_s(g) >= SILENT_NOTE_EVERY_S:
+            if g not in self.heard or g in self.polling:
                 what = "never started" if g not in self.heard else "is not answering"
                 log(f"node group {g} {what}: not waited for at the stop")
                 self._drop_fetches(g)

@@ -599,7 +599,7 @@ class Stoppable:
 
 def test_the_stop_waits_for_slow_groups_and_not_for_silent_ones(tmp_path, monkeypatch, capsys):
     """At the stop every group that answers is stopped (one that was only slow to answer the
-    last round included) and its last answer taken; a group silent for a minute is not waited
+    last round included) and its last answer taken; a group that does not answer is not waited
     for, nor are its checkpoints on their way; a group that finished keeps its status."""
     from rl_pbt.distributed.driver import PopulationDriver
 
