@@ -8,6 +8,7 @@ happens in RolloutWorker.step() and Learner.train_on().
 from __future__ import annotations
 
 import collections
+import importlib
 import multiprocessing
 import os
 import pickle
@@ -1659,6 +1660,9 @@ def _warm_up_imports(model, start_method: str) -> None:
     loss.backward()
     torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
     model.zero_grad(set_to_none=True)
+    # what an optimiser's first step imports (its dynamo guard): about 2 s in every learner
+    # process otherwise, while the others start too
+    importlib.import_module("torch._dynamo")
 
 
 class _MergedQueue:
