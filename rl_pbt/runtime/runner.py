@@ -1660,9 +1660,10 @@ def _warm_up_imports(model, start_method: str) -> None:
     loss.backward()
     torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
     model.zero_grad(set_to_none=True)
-    # what an optimiser's first step imports (its dynamo guard): about 2 s in every learner
-    # process otherwise, while the others start too
-    importlib.import_module("torch._dynamo")
+    if start_method == "fork":
+        # what an optimiser's first step imports (its dynamo guard): about 2 s in every forked
+        # learner otherwise, while the others start too (spawned children import it anew)
+        importlib.import_module("torch._dynamo")
 
 
 class _MergedQueue:
