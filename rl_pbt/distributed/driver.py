@@ -44,7 +44,7 @@ from rl_pbt.learning.checkpoints import (
 from rl_pbt.learning.learner import default_hparams
 from rl_pbt.logging import progress
 from rl_pbt.logging.files import POPULATION_FILE, atomic_write_json, read_json, scalars_path
-from rl_pbt.logging.stats import NO_TIME_LIMIT, ScalarsFile
+from rl_pbt.logging.stats import ScalarsFile, time_limit
 from rl_pbt.runtime.devices import derive_seed, fresh_seed
 from rl_pbt.runtime.run_lock import RunLock
 from rl_pbt.sampling.elo import EloRatings, scores_against_scripted, scores_against_snapshots
@@ -515,10 +515,9 @@ class PopulationDriver:
         return time.monotonic() - self.polling[g][1] if g in self.polling else 0.0
 
     def _silent_too_long(self) -> Optional[int]:
-        for g in sorted(self.polling):
-            if self._silent_s(g) > self.cfg.ray_group_timeout_s:
-                return g
-        return None
+        """The first group silent past --ray_group_timeout_s, if any."""
+        limit = self.cfg.ray_group_timeout_s
+        return next((g for g in sorted(self.polling) if self._silent_s(g) > limit), None)
 
     def _silent_groups(self) -> set[int]:
         """Groups whose poll has waited past POLL_WAIT_S."""
@@ -861,12 +860,11 @@ class PopulationDriver:
         now = time.monotonic()
         self.progress_samples.append((now, total, slowest))
         rate = progress.progress_rate([(t, n) for t, n, _ in self.progress_samples])
-        limit = cfg.train_for_seconds if cfg.train_for_seconds < NO_TIME_LIMIT else None
         eta = progress.estimate_eta(
             [(t, s) for t, _, s in self.progress_samples],
             cfg.train_for_env_steps,
             elapsed=elapsed,
-            time_limit=limit,
+            time_limit=time_limit(cfg),
         )
         per_s = f" ({rate:,.0f}/s)" if rate is not None else ""
         text = (

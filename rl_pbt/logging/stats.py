@@ -24,6 +24,12 @@ ETA_WINDOW_S = 60.0  # the ETA follows the rate of the last minute
 NO_TIME_LIMIT = 10**9  # --train_for_seconds at or above this (its default is 1e10): no limit
 
 
+def time_limit(cfg) -> Optional[float]:
+    """--train_for_seconds, None where it is no limit."""
+    limit = getattr(cfg, "train_for_seconds", None)
+    return None if limit is None or limit >= NO_TIME_LIMIT else float(limit)
+
+
 class ScalarsFile:
     """stats/scalars.jsonl: one JSON object per policy and summary period, appended (a resumed
     run continues the file) and flushed line by line; non-finite values are written as null."""
@@ -192,9 +198,7 @@ class PopulationStats:
             samples.append((now, slowest))
 
     def _time_limit(self) -> Optional[float]:
-        """--train_for_seconds, None where it is no limit."""
-        limit = getattr(self.cfg, "train_for_seconds", None)
-        return None if limit is None or limit >= NO_TIME_LIMIT else float(limit)
+        return time_limit(self.cfg)
 
     def eta(self, elapsed: float) -> progress.Eta:
         time_limit = self._time_limit()
