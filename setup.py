@@ -47,11 +47,11 @@ setup(
     },
     entry_points={
         "console_scripts": [
-            "rl-pbt-train=launch.train:main",
-            "rl-pbt-enjoy=launch.enjoy:main",
-            "rl-pbt-match=launch.match:main",
-            "rl-pbt-report=launch.report:main",
-            "rl-pbt-replay=launch.replay:main",
+            "rl-pbt-train=launch.train:cli",
+            "rl-pbt-enjoy=launch.enjoy:cli",
+            "rl-pbt-match=launch.match:cli",
+            "rl-pbt-report=launch.report:cli",
+            "rl-pbt-replay=launch.replay:cli",
         ]
     },
 )

@@ -17,7 +17,7 @@ import sys
 import numpy as np
 
 import envs  # noqa: F401  (registers the built-in envs)
-from launch import summary
+from launch import command, summary
 from rl_pbt.config.parse import experiment_dir
 from rl_pbt.envs.registry import make_env
 from rl_pbt.envs.wrappers import as_multiagent
@@ -193,5 +193,10 @@ def play(args, env, model, obs, writer) -> int:
     return len(returns)
 
 
+def cli(argv: list[str] | None = None) -> int:
+    """`rl-pbt-enjoy`: main() as the process's last work (see launch.command)."""
+    return command(main, argv)
+
+
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(cli())

@@ -35,7 +35,7 @@ import numpy as np
 import torch
 
 import envs  # noqa: F401  (registers the built-in envs)
-from launch import summary
+from launch import command, summary
 from rl_pbt.config.flags import seed_range
 from rl_pbt.envs.registry import has_batched_env, make_env, make_env_batch
 from rl_pbt.envs.scripted import (  # noqa: F401  (RandomActor: for callers of this module)
@@ -642,5 +642,10 @@ def save_video(env, pair: list[str], factories: dict, path: str, max_steps: int 
     return video.frames
 
 
+def cli(argv: list[str] | None = None) -> int:
+    """`rl-pbt-match`: main() as the process's last work (see launch.command)."""
+    return command(main, argv)
+
+
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(cli())

@@ -20,7 +20,7 @@ import os
 import sys
 from typing import Any, Optional
 
-from launch import summary
+from launch import command, summary
 from launch.train import main as train_main
 from rl_pbt.config.flags import FLAGS_BY_NAME
 from rl_pbt.config.parse import close_names, with_added_model_flags
@@ -197,5 +197,10 @@ def main(argv: list[str] | None = None) -> int:
     )
 
 
+def cli(argv: list[str] | None = None) -> int:
+    """`rl-pbt-replay`: main() as the process's last work (see launch.command)."""
+    return command(main, argv)
+
+
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(cli())

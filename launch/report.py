@@ -22,7 +22,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, Optional
 
-from launch import summary
+from launch import command, summary
 from rl_pbt.logging.files import (
     EXPERIMENT_MARKER,
     atomic_write,
@@ -674,5 +674,10 @@ def main(argv: list[str] | None = None) -> int:
     return 0
 
 
+def cli(argv: list[str] | None = None) -> int:
+    """`rl-pbt-report`: main() as the process's last work (see launch.command)."""
+    return command(main, argv)
+
+
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(cli())

@@ -12,6 +12,7 @@ import os
 import sys
 
 import envs  # noqa: F401  (registers the built-in envs)
+from launch import command
 from rl_pbt import ConfigError, parse_cfg, train
 from rl_pbt.runtime import runner
 
@@ -56,5 +57,10 @@ def resume_flags(flags: list[str]) -> list[str]:
     return [*out, "--restart_behavior=resume"]
 
 
+def cli(argv: list[str] | None = None) -> int:
+    """`rl-pbt-train`: main() as the process's last work (see launch.command)."""
+    return command(main, argv)
+
+
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(cli())

@@ -15,10 +15,10 @@ SCRIPT = os.path.join(ROOT, "benchmarks", "connect_four.py")
 
 
 def test_one_stage_prints_a_row_per_member_and_the_goal(tmp_path):
-    cmd = [sys.executable, SCRIPT, "--members=2", "--stages", "3000", "--games=4",
+    cmd = [sys.executable, SCRIPT, "--members=2", "--stages", "1500", "--games=4",
            "--tactic_positions=40",
            "--minutes=3", f"--train_dir={tmp_path}", "--extra", "--num_workers=1",
-           "--num_envs_per_worker=4", "--encoder_mlp_layers", "16"]  # fmt: skip
+           "--num_envs_per_worker=4", "--encoder_mlp_layers", "16", "--batch_size=512"]  # fmt: skip
     proc = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=300)
     out = proc.stdout + proc.stderr
     assert proc.returncode == 0, out

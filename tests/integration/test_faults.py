@@ -2,7 +2,7 @@
 kills it with SIGKILL inside step(), as a crash in an env's native code would) is restarted
 with fresh envs and the run finishes its whole budget; one that keeps dying stops the run with
 the reason, checkpoints saved; a learner killed outright stops the run cleanly (the other
-policies saved) and the re-run resumes."""
+policies saved), or restarts the whole run from its checkpoints."""
 
 import glob
 import json
@@ -82,7 +82,7 @@ def newest_state(exp_dir, p):
 
 
 def test_dead_worker_is_restarted_and_the_run_finishes_its_budget(tmp_path):
-    budget = 30_000
+    budget = 15_000
     out = run_script(tmp_path, "w", 0, 2, f"--train_for_env_steps={budget}")
     log = out.stdout + out.stderr
     assert out.returncode == 0, log[-3000:]
@@ -153,7 +153,7 @@ def run_and_kill_learner_1(exp_dir: str, cmd: list[str], timeout: float) -> tupl
     return proc.returncode, out.decode(errors="replace")
 
 
-def test_killed_learner_stops_the_run_cleanly_and_the_rerun_resumes(tmp_path):
+def test_killed_learner_stops_the_run_cleanly_with_checkpoints_to_resume_from(tmp_path):
     exp_dir = os.path.join(tmp_path, "l")
     cmd = train_cmd(
         tmp_path, "l", "--train_for_seconds=200", "--heartbeat_timeout=10", "--restart_on_jam=False"
@@ -162,18 +162,13 @@ def test_killed_learner_stops_the_run_cleanly_and_the_rerun_resumes(tmp_path):
     assert status == 1, log[-3000:]
     # killed outside a queue operation, the learner is named at once; killed inside one (it
     # holds a shared queue's lock for microseconds), the queue stays locked and the runner's
-    # watchdog ends the run instead: either way it stops, and the re-run resumes
+    # watchdog ends the run instead: either way it stops
     stuck = "the runner's loop has not moved for"
     assert "learner 1 died (exit code -9)" in log or stuck in log, log[-3000:]
-    before = [newest_state(exp_dir, p)["env_steps"] for p in (0, 1)]
-    again = subprocess.run(
-        train_cmd(tmp_path, "l", f"--train_for_env_steps={max(before) + 10_000}"),
-        cwd=ROOT, capture_output=True, text=True, timeout=240,
-    )  # fmt: skip
-    assert again.returncode == 0, again.stdout[-3000:] + again.stderr[-3000:]
-    assert "resumed at version" in again.stdout + again.stderr
-    for p in (0, 1):
-        assert newest_state(exp_dir, p)["env_steps"] >= max(before) + 10_000  # counters went on
+    # both policies keep a checkpoint a re-run resumes from (the one the kill left behind: its
+    # newest periodic one; a learner killed and the run restarted from such checkpoints, and a
+    # stopped run resumed, are the tests below and in test_no_run_lost.py)
+    assert all(newest_state(exp_dir, p)["env_steps"] > 0 for p in (0, 1))
 
 
 STUCK_SCRIPT = """
@@ -307,10 +302,10 @@ def test_the_start_a_restart_carries_is_read_with_care():
 
 def test_killed_learner_restarts_the_whole_run_from_its_checkpoints(tmp_path):
     exp_dir = os.path.join(tmp_path, "r")
-    cmd = train_cmd(tmp_path, "r", "--train_for_env_steps=40000", "--heartbeat_timeout=10")
+    cmd = train_cmd(tmp_path, "r", "--train_for_env_steps=25000", "--heartbeat_timeout=10")
     status, log = run_and_kill_learner_1(exp_dir, cmd, 240)
     assert status == 0, log[-3000:]
     assert "restarting the whole run from its last checkpoints" in log, log[-3000:]
     assert "resumed at version" in log.split("restarting the whole run")[1], log[-3000:]
     for p in (0, 1):
-        assert newest_state(exp_dir, p)["env_steps"] >= 40_000
+        assert newest_state(exp_dir, p)["env_steps"] >= 25_000

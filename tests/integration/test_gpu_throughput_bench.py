@@ -29,8 +29,8 @@ def test_cartpole_local_row(tmp_path):
         "--device=cpu",
         "--num_workers=1",
         "--num_envs=4",
-        "--seconds=7",
-        "--raw_seconds=4",
+        "--seconds=4",
+        "--raw_seconds=2",
         f"--train_dir={tmp_path}",
     ]
     proc = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=120)

@@ -170,6 +170,8 @@ def test_sigterm_saves_everything_and_the_run_resumes(tmp_path, target):
     assert (exp / "pbt" / "state.json").is_file()
     summary = json.loads((exp / "summary.json").read_text())
     assert summary["policies"]["0"]["env_steps"] > 0
+    if target == "group":
+        return  # what a stop saved is resumed the same way after either signal: once, below
     inits = [e for e in read_events(str(exp / "pbt" / "lineage.jsonl")) if e["action"] == "init"]
     # the same command resumes: counters continue, no new PBT start
     proc = _start_run(tmp_path, max(trained) + 4000)

@@ -302,7 +302,14 @@ if __name__ == "__main__":
 
 
 @pytest.mark.parametrize(
-    "method,inference", [("spawn", "device"), ("forkserver", "local")], ids=["spawn", "forkserver"]
+    "method,inference",
+    [
+        # forkserver with an inference process: a CUDA run's defaults
+        pytest.param("forkserver", "device", id="forkserver"),
+        # spawn re-imports the script as forkserver does, at twice the start time (25 s here):
+        # spawn children run in CI in the test above
+        pytest.param("spawn", "local", id="spawn", marks=pytest.mark.slow),
+    ],
 )
 def test_env_registered_in_a_user_main_script(tmp_path, method, inference):
     script = tmp_path / "my_train.py"

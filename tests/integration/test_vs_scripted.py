@@ -47,7 +47,7 @@ def run_vs_scripted(tmp_path, *extra: str) -> str:
         BASE
         + ["--num_policies=2", "--with_pbt", f"--pbt_target_objective=vs_scripted:{OPPONENT}",
            "--selfplay_scripted_prob=0.5", "--pbt_period_env_steps=2000",
-           "--train_for_env_steps=5000", f"--train_dir={tmp_path}", "--experiment=vs", *extra]
+           "--train_for_env_steps=3000", f"--train_dir={tmp_path}", "--experiment=vs", *extra]
     )  # fmt: skip
     assert train(cfg) == 0
     return os.path.join(tmp_path, "vs")
