@@ -184,6 +184,7 @@ def learner_process_main(spec, policy_ids: list[int]) -> None:
         LEARNER_ORPHAN_GRACE_S,
         StopRequest,
         build_learner,
+        child_done,
         child_setup,
     )
 
@@ -242,3 +243,4 @@ def learner_process_main(spec, policy_ids: list[int]) -> None:
     finally:
         for p in policy_ids:
             heartbeats.beat(hb_index[p], hb.STOPPED, p)
+        child_done()

@@ -272,7 +272,7 @@ def inference_process_main(spec, server_idx: int) -> None:
     import traceback
 
     from rl_pbt.runtime.messages import LearnerEvent
-    from rl_pbt.runtime.processes import child_setup
+    from rl_pbt.runtime.processes import child_done, child_setup
 
     plan: InferencePlan = spec.inference
     child_setup(spec, "inference", server_idx)
@@ -300,3 +300,4 @@ def inference_process_main(spec, server_idx: int) -> None:
         raise
     finally:
         spec.heartbeats.beat(hb_idx, hb.STOPPED)
+        child_done()

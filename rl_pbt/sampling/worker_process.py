@@ -16,7 +16,7 @@ from rl_pbt.sampling.rollout_worker import StopRequested
 def worker_process_main(spec, worker_idx: int, incarnation: int = 0) -> None:
     """Entry point of rollout worker `worker_idx` (module-level: any start method can run it);
     `incarnation` counts the runner's restarts of it after it died."""
-    from rl_pbt.runtime.processes import build_worker, child_setup
+    from rl_pbt.runtime.processes import build_worker, child_done, child_setup
 
     # a restarted worker gets fresh seeds: its envs must not replay its predecessor's games
     child_setup(spec, "worker", worker_idx, restart=incarnation)
@@ -50,3 +50,4 @@ def worker_process_main(spec, worker_idx: int, incarnation: int = 0) -> None:
         if worker is not None:
             worker.close()
         heartbeats.beat(worker_idx, hb.STOPPED)
+        child_done()
