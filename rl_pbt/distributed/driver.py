@@ -45,6 +45,7 @@ from rl_pbt.learning.learner import default_hparams
 from rl_pbt.logging import progress
 from rl_pbt.logging.files import POPULATION_FILE, atomic_write_json, read_json, scalars_path
 from rl_pbt.logging.stats import ScalarsFile, time_limit
+from rl_pbt.runtime.control import RunEnded
 from rl_pbt.runtime.devices import derive_seed, fresh_seed
 from rl_pbt.runtime.run_lock import RunLock
 from rl_pbt.sampling.elo import EloRatings, scores_against_scripted, scores_against_snapshots
@@ -725,6 +726,8 @@ class PopulationDriver:
         ]
         try:
             ray.get(calls, timeout=REPLY_TIMEOUT_S)
+        except RunEnded:  # Ray's error for it is a RunEnded too
+            pass  # it ended meanwhile (a re-run with nothing left to train): its poll says how
         except (ray.exceptions.RayError, RuntimeError, TimeoutError) as e:
             log(f"node group {g} did not take its PBT values: {_first_line(e)}")
 

@@ -32,6 +32,7 @@ from rl_pbt.runtime.control import (
     ExportSnapshot,
     GroupControl,
     Import,
+    RunEnded,
 )
 from rl_pbt.runtime.devices import derive_seed
 
@@ -214,7 +215,7 @@ class NodeGroup:
 
     def _ask(self, command):
         if self.status is not None:
-            raise RuntimeError(f"node group {self.index} has stopped (status {self.status})")
+            raise RunEnded(f"node group {self.index} has stopped (status {self.status})")
         if self.runner is None:
             raise RuntimeError(f"node group {self.index} has not started")
         return self.control.submit(command).wait(REPLY_TIMEOUT_S)

@@ -61,6 +61,11 @@ class AddSnapshot:
     version: int
 
 
+class RunEnded(RuntimeError):
+    """A command reached a node group whose run had ended (its budget trained, a failure or a
+    stop): nothing was done, and the group's next poll says how it ended."""
+
+
 class Reply:
     """The answer to one command, set by the runner's thread, awaited by the caller's."""
 
@@ -68,16 +73,17 @@ class Reply:
         self._done = threading.Event()
         self._value: Any = None
         self._error: Optional[str] = None
+        self._ended = False
 
-    def set(self, value: Any = None, error: Optional[str] = None) -> None:
-        self._value, self._error = value, error
+    def set(self, value: Any = None, error: Optional[str] = None, ended: bool = False) -> None:
+        self._value, self._error, self._ended = value, error, ended
         self._done.set()
 
     def wait(self, timeout: float) -> Any:
         if not self._done.wait(timeout):
             raise TimeoutError(f"no answer within {timeout:g} s")
         if self._error is not None:
-            raise RuntimeError(self._error)
+            raise (RunEnded if self._ended else RuntimeError)(self._error)
         return self._value
 
 
@@ -149,8 +155,8 @@ class GroupControl:
     def fail_all(self, why: str) -> None:
         """The run ended: every command not served gets `why` as its error."""
         for _, reply in self.pending():
-            reply.set(error=why)
+            reply.set(error=why, ended=True)
         for replies in self.waiting_exports.values():
             for reply in replies:
-                reply.set(error=why)
+                reply.set(error=why, ended=True)
         self.waiting_exports.clear()

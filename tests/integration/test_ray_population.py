@@ -795,3 +795,35 @@ def test_a_run_without_ray_address_does_not_import_ray(tmp_path):
     root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
     done = subprocess.run([sys.executable, "-c", code], cwd=root, capture_output=True, text=True)
     assert done.returncode == 0, done.stderr[-2000:]
+
+
+def test_a_group_that_ended_before_its_pbt_values_came_is_not_a_problem(
+    tmp_path, monkeypatch, capsys
+):
+    """A re-run with nothing left to train: the groups end at once, and the PBT values the
+    driver sends them reach a run that has ended. Not worth a line (the poll says how each
+    ended); any other failure to take them is."""
+    from rl_pbt.distributed.driver import PopulationDriver
+    from rl_pbt.runtime.control import GroupControl, RunEnded
+
+    control = GroupControl()  # the group's side: a command its ended run never served
+    reply = control.submit("apply")
+    control.fail_all("the node group's run ended")
+    with pytest.raises(RunEnded, match="run ended"):
+        reply.wait(1.0)
+
+    driver = PopulationDriver(driver_cfg(tmp_path, "--with_pbt"))
+    group = FakeGroup()
+    group.apply = group
+    driver.actors = [group, group]
+    for error in (RunEnded("node group 0 has stopped (status 0)"), RuntimeError("disk full")):
+
+        def get(refs, timeout=None, error=error):
+            raise error
+
+        monkeypatch.setattr(ray, "get", get)
+        driver._send_values(0)
+    out = capsys.readouterr().out
+    assert "has stopped" not in out
+    assert "node group 0 did not take its PBT values: disk full" in out, out
+    driver.scalars.close()
