@@ -176,6 +176,10 @@ def test_self_play_over_node_folders_the_driver_cannot_see(cluster, tmp_path, ca
         "--num_envs_per_worker=8",
         "--selfplay_snapshot_prob=0.5",
         "--selfplay_snapshot_every_env_steps=3000",
+        # every snapshot of the run stays in the pools and in the ratings: a pool of 8 (the
+        # default) kept the last ones only: 2-8 games against the other group's in a group's
+        # table, and none in one CI run (30-45 now)
+        "--selfplay_snapshot_pool_size=32",
         "--train_for_env_steps=18000",
         "--save_every_sec=2",
         "--with_pbt",
