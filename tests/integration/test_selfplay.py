@@ -17,10 +17,10 @@ def test_snapshots_play_and_are_rated(tmp_path):
             "--num_policies=2",
             *SMALL_RUN,
             "--selfplay_snapshot_prob=0.5",
-            "--selfplay_snapshot_every_env_steps=5000",
+            "--selfplay_snapshot_every_env_steps=3000",
             "--selfplay_snapshot_pool_size=3",
             "--matchmaking=elo",
-            "--train_for_env_steps=20000",
+            "--train_for_env_steps=12000",
             f"--train_dir={tmp_path}",
             "--experiment=sp",
             "--status_interval=30",
@@ -37,7 +37,7 @@ def test_snapshots_play_and_are_rated(tmp_path):
     assert sum(games[k] for k in snaps) > 0  # snapshots were actually played against
     with open(os.path.join(tmp_path, "sp", "summary.json")) as f:
         summary = json.load(f)
-    assert all(p["env_steps"] >= 20000 for p in summary["policies"].values())
+    assert all(p["env_steps"] >= 12000 for p in summary["policies"].values())
 
 
 def test_pbt_ranks_on_games_against_snapshots(tmp_path):
@@ -52,14 +52,14 @@ def test_pbt_ranks_on_games_against_snapshots(tmp_path):
             "--num_policies=3",
             *SMALL_RUN,
             "--pbt_target_objective=vs_snapshots",
-            "--pbt_period_env_steps=5000",
-            "--pbt_start_mutation=10000",
+            "--pbt_period_env_steps=3000",
+            "--pbt_start_mutation=6000",
             "--pbt_mutation_rate=1.0",
             "--pbt_objective_window=100000",
             "--selfplay_snapshot_prob=0.5",
-            "--selfplay_snapshot_every_env_steps=4000",
+            "--selfplay_snapshot_every_env_steps=2500",
             "--selfplay_snapshot_pool_size=4",
-            "--train_for_env_steps=20000",
+            "--train_for_env_steps=12000",
             f"--train_dir={tmp_path}",
             "--experiment=vs",
             "--status_interval=30",
