@@ -33,8 +33,13 @@ FLAGS = [
     "--num_policies=4",
     "--policies_per_node=2",
     "--with_pbt",
-    "--pbt_period_env_steps=20000",
+    # PBT rounds at 20k, 30k, 40k and 50k env steps, each replacing the bottom half with the
+    # top half at any gap: the test needs a copy between the groups, and with one member
+    # replaced per round only at a 10% gap (the defaults) two rounds made none in one CI run
+    "--pbt_period_env_steps=10000",
     "--pbt_start_mutation=20000",
+    "--pbt_replace_fraction=0.5",
+    "--pbt_replace_reward_gap=0",
     "--num_workers=1",
     f"--train_for_env_steps={STEPS}",
     "--save_every_sec=3",
