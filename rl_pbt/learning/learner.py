@@ -221,9 +221,10 @@ class Learner:
         self.last_save = time.monotonic()
         self.stats: dict[str, float] = {}
         self.copied_at: Optional[float] = None  # wall time of the last PBT weight copy
+        self.copy_decided_at: Optional[float] = None  # when PBT decided that copy
         self.fresh_at: Optional[float] = None  # first trajectory from the copied weights came
-        # (copied, first fresh trajectory, first trained) wall times, for the runner's log
-        self.copy_timing: Optional[tuple[float, float, float]] = None
+        # (decided, copied, first fresh trajectory, first trained) wall times, for the runner
+        self.copy_timing: Optional[tuple[float, float, float, float]] = None
         # the state at the start of the current iteration, to undo it if it goes non-finite
         self.kept: list[torch.Tensor] = []  # copies of `_live_state()`, allocated once
         self.kept_adam: tuple[bool, ...] = ()  # which parameters had Adam state then
@@ -537,8 +538,9 @@ class Learner:
         if self.copied_at is not None and trainable > 0:
             # the first update on experience produced by the copied weights
             now = time.time()
-            self.copy_timing = (self.copied_at, self.fresh_at or now, now)
-            self.copied_at = self.fresh_at = None
+            decided = self.copy_decided_at if self.copy_decided_at is not None else self.copied_at
+            self.copy_timing = (decided, self.copied_at, self.fresh_at or now, now)
+            self.copied_at = self.fresh_at = self.copy_decided_at = None
         self.stats = values
         # samples too old to train on (all of a batch sampled before a PBT copy, whose version
         # jump puts it past --max_policy_lag) show in masked_fraction, not in the lag
@@ -730,9 +732,10 @@ class Learner:
         )
         self.params.write_transfer(self.policy_id if row is None else row, flat)
 
-    def import_state(self, source_id: int) -> None:
+    def import_state(self, source_id: int, decided_at: Optional[float] = None) -> None:
         """Take the source's exported state. Experience in flight from before the copy is
-        masked out by jumping the version past `max_policy_lag`."""
+        masked out by jumping the version past `max_policy_lag`. `decided_at`: when PBT
+        decided the copy (the latency reported after the first update counts from there)."""
         row = self.params.read_transfer(source_id)
         size = transfer_size(self.model)
         step = float(row[size - 1])  # read on the host copy
@@ -756,6 +759,7 @@ class Learner:
             self.next_batch = None
         self.version += self.cfg.max_policy_lag + 1
         self.copied_at = time.time()
+        self.copy_decided_at = decided_at
         self.fresh_at = None
 
     # --- checkpoints ------------------------------------------------------------------------

@@ -97,7 +97,7 @@ class LearnerHost:
             self._beat(hb.PBT, msg.policy_id)
             learner = self.learners[msg.policy_id]
             if msg.source_id is not None:
-                learner.import_state(msg.source_id)
+                learner.import_state(msg.source_id, msg.decided_at)
             learner.set_hparams(msg.hparams)  # after the copy: the copy must not overwrite them
             learner.publish()
             if msg.export_to is not None:
@@ -160,16 +160,10 @@ class LearnerHost:
                 learner.train_if_ready()
                 self.report(p)
                 if learner.copy_timing is not None:
-                    copied, fresh, first = learner.copy_timing
+                    decided, copied, fresh, first = learner.copy_timing
                     learner.copy_timing = None
-                    self.report_queue.put(
-                        LearnerEvent(
-                            p,
-                            "copy_trained",
-                            "",
-                            {"copied": copied, "fresh": fresh, "trained": first},
-                        )
-                    )
+                    data = {"decided": decided, "copied": copied, "fresh": fresh, "trained": first}
+                    self.report_queue.put(LearnerEvent(p, "copy_trained", "", data))
                 trained = True
             if learner.maybe_save():
                 self._beat(hb.SAVING, p)

@@ -91,6 +91,9 @@ class ApplyPBT:
     # then export the new state at once (before any update) into this transfer row: a copy
     # from another node group reads it back to check it arrived whole
     export_to: Optional[int] = None
+    # when a copy was decided (wall time, the runner's machine): the copy's latency counts
+    # from there, and travels with the copy, so a later decision cannot take its place
+    decided_at: Optional[float] = None
 
 
 @dataclass

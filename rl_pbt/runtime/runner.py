@@ -531,7 +531,6 @@ class Runner:
         self.worker_restarts = 0
         self._loop_alive = time.monotonic()  # the watchdog's view of the main loop
         self.proc_hb: dict[str, int] = {}  # process name -> its (first) heartbeat row
-        self.copy_decided_at: dict[int, float] = {}
         self.copying: dict[int, int] = {}  # PBT copies sent and not yet landed: target -> source
         # after a copy: the version of the target's copied weights; its episodes that began on
         # older weights do not count for PBT
@@ -1298,8 +1297,8 @@ class Runner:
                     if source is not None:
                         self.elo.set_rating(msg.policy_id, self.elo.rating(source))
                     self.copied_version[msg.policy_id] = int(msg.data["version"])
-                if msg.kind == "copy_trained" and msg.policy_id in self.copy_decided_at:
-                    decided = self.copy_decided_at.pop(msg.policy_id)
+                if msg.kind == "copy_trained":
+                    decided = msg.data["decided"]  # that copy's own decision
                     # wall clocks of two processes: never print a negative delay
                     copied, fresh, trained = (
                         max(0.0, msg.data[k] - decided) for k in ("copied", "fresh", "trained")
@@ -1353,13 +1352,13 @@ class Runner:
     def _apply_decision(self, policy: int, source, hparams: dict, shaping) -> None:
         """Send a PBT decision on its way: the source's state exported first when it copies
         one, then the new values to the learner, the shaping to every worker."""
-        apply = ApplyPBT(policy, source, dict(hparams))
+        decided = None if source is None else time.time()
+        apply = ApplyPBT(policy, source, dict(hparams), decided_at=decided)
         self.pbt_unapplied[policy] += 1
         if source is None:
             self.learner_queues[policy].put(apply)
         else:
             self.learner_queues[source].put(ExportState(source, apply))
-            self.copy_decided_at[policy] = time.time()
             self.copying[policy] = source  # the rating follows the weights, when they land
         if shaping is not None:
             for q in self.worker_queues:
@@ -1387,10 +1386,12 @@ class Runner:
                 self.params.write_transfer(row, state)
                 # exported again right after the import (into the same row): the reply is that
                 # state, to compare with the one sent
-                self.learner_queues[p].put(ApplyPBT(p, row, dict(command.hparams), export_to=row))
+                apply = ApplyPBT(
+                    p, row, dict(command.hparams), export_to=row, decided_at=command.arrived_at
+                )
+                self.learner_queues[p].put(apply)
                 self.pbt_unapplied[p] += 1
                 self.control.waiting_exports.setdefault((p, row), []).append(reply)
-                self.copy_decided_at[p] = command.arrived_at
                 self.control.imported.add(p)
                 if command.shaping is not None:
                     for q in self.worker_queues:

@@ -1,6 +1,8 @@
 """A PBT copy: the target takes the source's weights, optimiser and normalisers, then its
 own new hyperparameters; experience from before the copy is masked out."""
 
+import time
+
 import torch
 
 from rl_pbt import parse_cfg
@@ -63,7 +65,8 @@ def test_copy_then_own_hparams(tmp_path):
     old_dst_version = dst.version
     new_hp = dict(src.hp, learning_rate=0.0123, exploration_loss_coeff=0.042)
 
-    host.handle(ExportState(0, ApplyPBT(1, 0, new_hp)))
+    decided = time.time()
+    host.handle(ExportState(0, ApplyPBT(1, 0, new_hp, decided_at=decided)))
     for msg in drain(runner.learner_queues[1]):  # the forwarded ApplyPBT
         host.handle(msg)
 
@@ -79,6 +82,14 @@ def test_copy_then_own_hparams(tmp_path):
     assert runner.params.current_version(1) == dst.version
     events = [m for m in drain(runner.report_queue) if isinstance(m, LearnerEvent)]
     assert any(e.kind == "pbt_applied" and e.policy_id == 1 for e in events)
+    # a second copy decided before the target's first update replaces the first: the latency
+    # reported counts from its own decision, which travels with the copy (the runner kept one
+    # decision time per member: a decision made before it read the report of the member's
+    # last copy took that copy's place, whose latencies then came out as 0.0 s)
+    decided = time.time()
+    host.handle(ExportState(0, ApplyPBT(1, 0, new_hp, decided_at=decided)))
+    for msg in drain(runner.learner_queues[1]):
+        host.handle(msg)
 
     # Trajectories from before the copy are released untrained (their steps still counted);
     # the first update after the copy is on fresh experience.
@@ -114,8 +125,10 @@ def test_copy_then_own_hparams(tmp_path):
     ]
     timing = [e.data for e in trained if e.kind == "copy_trained"]
     assert len(timing) == 1
-    # copied, then the first trajectory from the copied weights, then the first update on it
-    assert timing[0]["copied"] <= timing[0]["fresh"] <= timing[0]["trained"]
+    # decided, copied, then the first trajectory from the copied weights, then the first
+    # update on it
+    assert timing[0]["decided"] == decided
+    assert decided <= timing[0]["copied"] <= timing[0]["fresh"] <= timing[0]["trained"]
 
 
 def test_copy_into_an_unseated_policy_is_noticed_at_once(tmp_path):
