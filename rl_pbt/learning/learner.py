@@ -224,7 +224,8 @@ class Learner:
         self.copy_decided_at: Optional[float] = None  # when PBT decided that copy
         self.fresh_at: Optional[float] = None  # first trajectory from the copied weights came
         # (decided, copied, first fresh trajectory, first trained) wall times, for the runner
-        self.copy_timing: Optional[tuple[float, float, float, float]] = None
+        # (decided: None for a copy sent without its decision time, which is not timed)
+        self.copy_timing: Optional[tuple[Optional[float], float, float, float]] = None
         # the state at the start of the current iteration, to undo it if it goes non-finite
         self.kept: list[torch.Tensor] = []  # copies of `_live_state()`, allocated once
         self.kept_adam: tuple[bool, ...] = ()  # which parameters had Adam state then
@@ -538,8 +539,7 @@ class Learner:
         if self.copied_at is not None and trainable > 0:
             # the first update on experience produced by the copied weights
             now = time.time()
-            decided = self.copy_decided_at if self.copy_decided_at is not None else self.copied_at
-            self.copy_timing = (decided, self.copied_at, self.fresh_at or now, now)
+            self.copy_timing = (self.copy_decided_at, self.copied_at, self.fresh_at or now, now)
             self.copied_at = self.fresh_at = self.copy_decided_at = None
         self.stats = values
         # samples too old to train on (all of a batch sampled before a PBT copy, whose version

@@ -1297,7 +1297,7 @@ class Runner:
                     if source is not None:
                         self.elo.set_rating(msg.policy_id, self.elo.rating(source))
                     self.copied_version[msg.policy_id] = int(msg.data["version"])
-                if msg.kind == "copy_trained":
+                if msg.kind == "copy_trained" and msg.data["decided"] is not None:
                     decided = msg.data["decided"]  # that copy's own decision
                     # wall clocks of two processes: never print a negative delay
                     copied, fresh, trained = (
