@@ -727,7 +727,7 @@ class PopulationDriver:
         try:
             ray.get(calls, timeout=REPLY_TIMEOUT_S)
         except RunEnded:  # Ray's error for it is a RunEnded too
-            pass  # it ended meanwhile (a re-run with nothing left to train): its poll says how
+            return  # it ended meanwhile (a re-run with nothing left to train): its poll says how
         except (ray.exceptions.RayError, RuntimeError, TimeoutError) as e:
             log(f"node group {g} did not take its PBT values: {_first_line(e)}")
 
