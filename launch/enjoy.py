@@ -12,6 +12,7 @@ one to `{train_dir}/{experiment}/videos/p{policy}_TIME.mp4`.
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 
 import numpy as np
@@ -48,7 +49,7 @@ def build_parser() -> argparse.ArgumentParser:
         help="default: the run's env; another must have the same observation and action spaces",
     )
     parser.add_argument("--experiment", required=True)
-    parser.add_argument("--train_dir", default="train_dir")
+    parser.add_argument("--train_dir", default="train_dir", type=os.path.expanduser)
     # the second names are Sample Factory's enjoy flags, so its command lines run here too
     parser.add_argument(
         "--policy", "--policy_index", type=int, default=0, help="population member to load"

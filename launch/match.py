@@ -432,7 +432,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(description=summary(__doc__), allow_abbrev=False)
     parser.add_argument("--env", default=None, help="default: the env of the players' experiment")
     parser.add_argument("--experiment", default=None, help="the run whose members pN are")
-    parser.add_argument("--train_dir", default="train_dir")
+    parser.add_argument("--train_dir", default="train_dir", type=os.path.expanduser)
     parser.add_argument("--players", nargs="+", required=True)
     parser.add_argument("--games", type=int, default=200, help="games per pairing")
     add_play_flags(parser)

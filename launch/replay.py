@@ -124,7 +124,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--policy", type=int, required=True, help="the member whose schedule is replayed"
     )
-    parser.add_argument("--train_dir", default="train_dir")
+    parser.add_argument("--train_dir", default="train_dir", type=os.path.expanduser)
     parser.add_argument(
         "--experiment", default=None, help="default: {from_experiment}_p{policy}_replay"
     )

@@ -612,7 +612,7 @@ def _fail(message: str) -> int:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(allow_abbrev=False, prog=PROG, description=summary(__doc__))
     parser.add_argument("--experiment", required=True)
-    parser.add_argument("--train_dir", default="train_dir")
+    parser.add_argument("--train_dir", default="train_dir", type=os.path.expanduser)
     parser.add_argument("--dot", default=None, help="also write the tree as graphviz dot")
     args = parser.parse_args(argv)
     problem = experiment_name_problem(args.experiment)

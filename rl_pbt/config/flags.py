@@ -926,6 +926,7 @@ class ForeignFlag:
     meaning: str  # what this trainer does instead
     allowed: Optional[tuple[str, ...]] = None
     renamed_to: Optional[str] = None
+    refused: bool = False  # for something this trainer lacks: any value is an error
 
 
 FOREIGN_FLAGS: list[ForeignFlag] = [
@@ -970,5 +971,34 @@ FOREIGN_FLAGS: list[ForeignFlag] = [
     ),
     ForeignFlag("res_h", "the observation size is --doom_resolution=WIDTHxHEIGHT", allowed=("72",)),
 ]
+
+
+def _lacks(names: str, meaning: str) -> list[ForeignFlag]:
+    return [ForeignFlag(n, meaning, refused=True) for n in names.split()]
+
+
+# Sample Factory flags for what this trainer lacks: refused by name, with what to use instead,
+# so that a ported command line is not taken for one with a typo
+FOREIGN_FLAGS += [
+    *_lacks("kl_loss_coeff", "there is no KL penalty; the PPO clip (--ppo_clip_ratio) bounds "
+            "each update"),
+    *_lacks("obs_subtract_mean obs_scale normalize_input_keys", "observations are not shifted "
+            "or scaled by fixed numbers; --normalize_input keeps running statistics of them"),
+    *_lacks("lr_schedule_kl_threshold lr_adaptive_min lr_adaptive_max", "there is no "
+            "KL-adaptive learning rate; --anneal_env_steps lowers it linearly, PBT tunes it"),
+    *_lacks("max_entropy_coeff", "there is no entropy reward; the entropy bonus is "
+            "--exploration_loss_coeff"),
+    *_lacks("policy_initialization policy_init_gain", "the network's initialisation is not "
+            "set by a flag"),
+    *_lacks("adaptive_stddev initial_stddev continuous_tanh_scale", "the Gaussian of "
+            "continuous actions is not set by flags"),
+    *_lacks("num_batches_to_accumulate", "each minibatch takes one optimiser step"),
+    *_lacks("decoder_mlp_layers", "the heads sit on the encoder (and the --use_rnn core); "
+            "there is no decoder"),
+    *_lacks("actor_worker_gpus env_gpu_actions env_gpu_observations", "envs step on the CPU "
+            "in the rollout workers; --device and --inference place the networks"),
+    *_lacks("save_milestones_sec save_best_every_sec save_best_metric save_best_after",
+            "checkpoints are saved every --save_every_sec, the newest --keep_checkpoints kept"),
+]  # fmt: skip
 
 FOREIGN_BY_NAME: dict[str, ForeignFlag] = {f.name: f for f in FOREIGN_FLAGS}

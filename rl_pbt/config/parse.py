@@ -29,7 +29,9 @@ from rl_pbt.config.flags import (
     TUNED_HPARAMS,
     Flag,
     ForeignFlag,
+    path_text,
 )
+from rl_pbt.logging.files import load_user_json, read_run_config
 from rl_pbt.pbt.search_space import (
     KINDS,
     SHAPING_PREFIX,
@@ -201,7 +203,7 @@ def file_kind(data: Any) -> str:
 
 def _read_json(path: Path) -> Any:
     with open(path) as f:
-        return json.load(f)
+        return load_user_json(f)
 
 
 def shipped_files(kind: str) -> list[str]:
@@ -250,7 +252,7 @@ _NOT_A_PRESET = {
 def load_preset(name_or_path: str) -> dict[str, Any]:
     """The preset's flag values ('_'-prefixed keys dropped, file flags made absolute)."""
     where = f"--preset={name_or_path}"
-    path = Path(name_or_path)
+    path = Path(name_or_path).expanduser()
     candidates = [path, CONFIGS_DIR / name_or_path, CONFIGS_DIR / f"{name_or_path}.json"]
     found = next((c for c in candidates if c.is_file()), None)
     if found is None:
@@ -276,6 +278,11 @@ def load_preset(name_or_path: str) -> dict[str, Any]:
         detail = f"key {nested[0]!r} holds an object" if nested else "not a JSON object"
         raise ConfigError(f"{where}: {found}: {detail}; a preset maps flag names to values")
     preset = {k: v for k, v in data.items() if not k.startswith("_")}  # "_comment"
+    if "preset" in preset:
+        raise ConfigError(
+            f"{where}: {found} names a preset of its own ({preset['preset']!r}): presets do "
+            "not nest; copy that preset's values into this file"
+        )
     for key in PRESET_FILE_FLAGS:
         value = preset.get(key)
         if isinstance(value, str) and value and not os.path.isabs(value):
@@ -359,7 +366,10 @@ def _coerce(flag: Flag, value: Any, source: str = "the command line") -> Any:
     try:
         if flag.type is list:
             return _to_list(value, flag.item_type)
-        return _CONVERT[flag.type](value)
+        converted = _CONVERT[flag.type](value)
+        if flag.check is path_text and converted.startswith("~"):
+            return os.path.expanduser(converted)  # --train_dir=~/runs: the shell leaves the ~
+        return converted
     except (TypeError, ValueError, OverflowError, argparse.ArgumentTypeError):
         if flag.type is list and isinstance(value, list) and source == "the command line":
             value = ",".join(value)  # as typed, not as argparse split it
@@ -376,6 +386,11 @@ def _normalised(value: Any) -> str:
 def _foreign(foreign: ForeignFlag, value: Any, source: str, notes: list[str]) -> Optional[str]:
     """Handle a Sample Factory name: the flag that takes its value here, or None (a note)."""
     where = "" if source == "the command line" else f" (in {source})"
+    if foreign.refused:
+        raise ConfigError(
+            f"--{foreign.name}{where}: a Sample Factory flag for something this trainer does "
+            f"not have: {foreign.meaning}; take it out"
+        )
     if foreign.renamed_to:
         notes.append(f"--{foreign.name}{where} is Sample Factory's --{foreign.renamed_to}")
         return foreign.renamed_to
@@ -432,6 +447,7 @@ def parse_cfg(
     layers.append(("the command line", cli))
     notes: list[str] = []
     set_here: set[str] = set()  # flags the preset or the command line set
+    source_of: dict[str, str] = {}
     for source, layer in layers:
         for key, value in layer.items():
             if key not in by_name and key in FOREIGN_BY_NAME:
@@ -441,6 +457,7 @@ def parse_cfg(
             if key not in by_name:
                 raise ConfigError(unknown_flag_message(key, by_name, source, env_name))
             values[key] = _coerce(by_name[key], value, source)
+            source_of[key] = source
             if not source.startswith("the defaults"):
                 set_here.add(key)
     notes += idle_flag_notes(values, set_here, env_name)
@@ -451,8 +468,22 @@ def parse_cfg(
         if isinstance(values.get(key), str):
             values[key] = shipped_path(values[key])
     cfg = Cfg(values)
-    validate(cfg, flags, evaluation=evaluation)
+    try:
+        validate(cfg, flags, evaluation=evaluation)
+    except ConfigError as e:
+        raise ConfigError(_with_source(str(e), source_of)) from None
     return cfg
+
+
+def _with_source(message: str, source_of: dict[str, str]) -> str:
+    """A check's message on one flag ('--name=value: why'), with where the value came from
+    when that was not the command line ('--name=value (in preset p): why')."""
+    head, sep, rest = message.partition(": ")
+    name = head[2:].split("=", 1)[0] if head.startswith("--") and "=" in head else None
+    source = source_of.get(name or "", "the command line")
+    if not sep or source == "the command line" or " (in " in head:
+        return message
+    return f"{head} (in {source}){sep}{rest}"
 
 
 # flags only the PBT manager reads (--pbt_target_objective and --pbt_mix_policies_in_one_env
@@ -575,6 +606,8 @@ def _foreign_section() -> list[str]:
     ]
     lines = textwrap.wrap(lines[0], HELP_WIDTH)
     for f in FOREIGN_FLAGS:
+        if f.refused:
+            continue
         accepts = f"={'|'.join(f.allowed)}" if f.allowed else ""
         meaning = f"use --{f.renamed_to}" if f.renamed_to else f.meaning
         head = f"  --{f.name}{accepts}"
@@ -584,6 +617,11 @@ def _foreign_section() -> list[str]:
             lines += [head.ljust(_HELP_INDENT) + body[0]] + [pad + b for b in body[1:]]
         else:
             lines += [head] + [pad + b for b in body]
+    refused = " ".join(f"--{f.name}" for f in FOREIGN_FLAGS if f.refused)
+    lines += textwrap.wrap(
+        f"Refused, naming what to use instead (for what this trainer lacks): {refused}",
+        HELP_WIDTH,
+    )
     return lines + [""]
 
 
@@ -928,11 +966,26 @@ def _check_files(cfg: Cfg) -> None:
             )
 
 
+def _saved_env(cfg: Cfg) -> Optional[str]:
+    """The env of the run already in --experiment's folder, when it has a readable config."""
+    try:
+        env = read_run_config(os.path.join(experiment_dir(cfg), "config.json")).get("env")
+    except (ValueError, TypeError):
+        return None
+    return env if isinstance(env, str) else None
+
+
 def validate(cfg: Cfg, flags: Iterable[Flag] = FLAGS, evaluation: bool = False) -> None:
     from rl_pbt.envs.registry import is_known_env, known_envs_message, unknown_env_message
 
     _check_flag_values(cfg, flags)
     if cfg.env is None:
+        saved = _saved_env(cfg)
+        if saved:
+            raise ConfigError(
+                f"--env is required: the run {cfg.experiment!r} in {cfg.train_dir} trained on "
+                f"--env={saved}; add --env={saved} to resume it"
+            )
         raise ConfigError("--env is required: " + known_envs_message())
     if not is_known_env(cfg.env):
         raise ConfigError(unknown_env_message(cfg.env))

@@ -8,13 +8,13 @@ population from them. Shaping keys are the flat names of `pbt/search_space.py` (
 
 from __future__ import annotations
 
-import json
 import math
 import os
 from typing import Any, Mapping, Optional
 
 from rl_pbt.config.flags import FLAGS_BY_NAME, TUNED_HPARAMS
 from rl_pbt.config.parse import TUNABLE_TEXT, ConfigError, did_you_mean, is_tunable
+from rl_pbt.logging.files import load_user_json
 from rl_pbt.pbt.search_space import is_shaping_key
 
 FLAG = "--policy_values"
@@ -32,7 +32,7 @@ def load_policy_values(path: str, num_policies: int) -> list[dict[str, float]]:
         raise ConfigError(f"{where}: no such file")
     try:
         with open(path) as f:
-            data = json.load(f)
+            data = load_user_json(f)
     except ValueError as e:  # json.JSONDecodeError, or bytes that are not text
         raise ConfigError(f"{where}: not valid JSON ({e})") from None
     except OSError as e:

@@ -92,6 +92,21 @@ def read_json(path: str, default: Any = None) -> Any:
         return json.load(f)
 
 
+def _no_repeated_keys(pairs: list[tuple[str, Any]]) -> dict:
+    keys = [k for k, _ in pairs]
+    repeated = sorted({k for k in keys if keys.count(k) > 1})
+    if repeated:
+        raise ValueError(f"key {repeated[0]!r} is given more than once in one object")
+    return dict(pairs)
+
+
+def load_user_json(f) -> Any:
+    """json.load for files users write (presets, search spaces, per-policy values): a key
+    given twice in one object is a ValueError, where json.load would keep the last value
+    without a word."""
+    return json.load(f, object_pairs_hook=_no_repeated_keys)
+
+
 def read_run_config(path: str) -> dict:
     """The flag values in a run's config.json; ValueError (one line naming the file) when it
     cannot be read, is not JSON, or is not a JSON object."""
@@ -174,6 +189,9 @@ def scalars_path(exp_dir: str) -> str:
     return os.path.join(exp_dir, "stats", "scalars.jsonl")
 
 
+NAME_MAX = 255  # bytes in one path component on Linux, macOS and Windows file systems
+
+
 def experiment_name_problem(name: Optional[str]) -> Optional[str]:
     """Why `name` is not a plain folder name (None when it is)."""
     if not name or not name.strip():
@@ -182,6 +200,8 @@ def experiment_name_problem(name: Optional[str]) -> Optional[str]:
         return "is a path"
     if name in (".", "..") or name.strip() != name:
         return "is not a folder name"
+    if len(name.encode()) > NAME_MAX:
+        return f"is longer than a folder name may be ({NAME_MAX} bytes)"
     return None
 
 

@@ -84,7 +84,15 @@ def search_space_of(cfg: Any, default_hparams: dict[str, float], default_shaping
     if getattr(cfg, "pbt_optimize_gamma", False) and "gamma" not in base_hparams:
         base_hparams["gamma"] = float(cfg.gamma)
     for name, spec in overrides.items():  # extra learning parameters named by the file
-        if is_shaping_key(name) or name in base_hparams or not spec.tuned:
+        has_value = is_shaping_key(name) or name in base_hparams
+        if has_value and spec.default is not None:
+            where = "the env's reward shaping" if is_shaping_key(name) else f"--{name}"
+            raise ValueError(
+                f"search space entry {name!r}: 'default' gives a starting value only to a "
+                f"parameter the run does not have; {name} starts at {where}'s value (set "
+                f"that instead, or --policy_values for values per member)"
+            )
+        if has_value or not spec.tuned:
             continue
         value = getattr(cfg, name, None) if spec.default is None else spec.default
         if value is None:

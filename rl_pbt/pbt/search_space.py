@@ -5,11 +5,12 @@ Used by explore.py (how a value may move), manager.py (what is tuned) and lineag
 
 from __future__ import annotations
 
-import json
 import math
 import re
 from dataclasses import dataclass, replace
 from typing import Any, Mapping, Optional
+
+from rl_pbt.logging.files import load_user_json
 
 KINDS = ("float", "log_float", "int", "categorical")
 SHAPING_PREFIX = "rew"
@@ -130,7 +131,13 @@ def spec_from_dict(name: str, entry: Mapping[str, Any]) -> ParamSpec:
     if not isinstance(tune, bool):
         raise ValueError(f"search space entry {name!r}: 'tune' must be true or false, got {tune!r}")
     if not tune:  # only the name matters: the value is never moved
-        return ParamSpec(name=name, tuned=False, default=entry.get("default"))
+        ignored = sorted(set(entry) - {"tune"})
+        if ignored:
+            raise ValueError(
+                f'search space entry {name!r}: with "tune": false it keeps the value it '
+                f"starts with, so {ignored} would do nothing; drop them"
+            )
+        return ParamSpec(name=name, tuned=False)
     return ParamSpec(
         name=name,
         kind=entry.get("type", "float"),
@@ -148,7 +155,7 @@ def load_search_space_file(path: Optional[str]) -> dict[str, ParamSpec]:
     if not path:
         return {}
     with open(path) as f:
-        data = json.load(f)
+        data = load_user_json(f)
     if not isinstance(data, dict):
         raise ValueError(f"{path}: a search space is a JSON object of name -> entry")
     specs = {}

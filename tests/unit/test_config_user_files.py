@@ -1,0 +1,132 @@
+"""What users write by hand: presets, search spaces, per-policy values, paths with `~`, and
+Sample Factory command lines. Mistakes in them stop the run with one line that names them."""
+
+import json
+import os
+
+import pytest
+
+from rl_pbt import ConfigError, parse_cfg
+from rl_pbt.config.flags import FOREIGN_FLAGS
+from rl_pbt.config.parse import help_text
+from rl_pbt.logging.files import load_user_json
+from rl_pbt.pbt.manager import search_space_of
+from rl_pbt.pbt.search_space import load_search_space_file
+
+
+def _write(path, text: str) -> str:
+    path.write_text(text)
+    return str(path)
+
+
+def test_a_key_given_twice_is_refused_in_every_kind_of_file(tmp_path):
+    with open(_write(tmp_path / "a.json", '{"a": 1, "b": {"c": 1, "c": 2}}')) as f:
+        with pytest.raises(ValueError, match="'c' is given more than once"):
+            load_user_json(f)
+    with open(_write(tmp_path / "b.json", '{"a": 1, "b": [{"c": 1}, {"c": 2}]}')) as f:
+        assert load_user_json(f) == {"a": 1, "b": [{"c": 1}, {"c": 2}]}
+
+    preset = _write(
+        tmp_path / "p.json", '{"env": "CartPole-v1", "batch_size": 256, "batch_size": 512}'
+    )
+    with pytest.raises(ConfigError, match="'batch_size' is given more than once"):
+        parse_cfg([f"--preset={preset}", f"--train_dir={tmp_path}"])
+    values = _write(tmp_path / "v.json", '[{}, {"learning_rate": 1e-3, "learning_rate": 5}]')
+    with pytest.raises(ConfigError, match="--policy_values.*'learning_rate' is given more than"):
+        parse_cfg(["--env=CartPole-v1", "--num_policies=2", f"--policy_values={values}"])
+    space = _write(tmp_path / "s.json", '{"learning_rate": {"low": 1e-5, "low": 1e-4}}')
+    with pytest.raises(ValueError, match="'low' is given more than once"):
+        load_search_space_file(space)
+
+
+def test_a_preset_naming_another_preset_is_refused(tmp_path):
+    preset = _write(tmp_path / "p.json", '{"env": "CartPole-v1", "preset": "cartpole_benchmark"}')
+    with pytest.raises(ConfigError, match="presets do not nest"):
+        parse_cfg([f"--preset={preset}"])
+
+
+def test_a_bad_value_from_a_preset_names_the_preset(tmp_path):
+    preset = _write(tmp_path / "p.json", '{"env": "CartPole-v1", "learning_rate": NaN}')
+    with pytest.raises(ConfigError) as err:
+        parse_cfg([f"--preset={preset}", f"--train_dir={tmp_path}"])
+    assert str(err.value) == f"--learning_rate=nan (in preset {preset}): must be finite"
+    with pytest.raises(ConfigError) as err:  # the command line's value: no source added
+        parse_cfg([f"--preset={preset}", "--learning_rate=inf", f"--train_dir={tmp_path}"])
+    assert str(err.value) == "--learning_rate=inf: must be finite"
+
+
+def _space_cfg(tmp_path, entries: dict):
+    space = _write(tmp_path / "space.json", json.dumps(entries))
+    argv = ["--env=CartPole-v1", "--with_pbt", "--num_policies=2", f"--pbt_search_space={space}"]
+    return parse_cfg(argv + [f"--train_dir={tmp_path}"])
+
+
+def test_a_search_space_default_for_a_value_the_run_has_is_refused(tmp_path):
+    cfg = _space_cfg(tmp_path, {"learning_rate": {"type": "log_float", "default": 0.005}})
+    with pytest.raises(ValueError, match="'learning_rate'.*starts at --learning_rate's value"):
+        search_space_of(cfg, {"learning_rate": cfg.learning_rate}, None)
+    cfg = _space_cfg(tmp_path, {"rew.bonus": {"default": 0.5}})
+    with pytest.raises(ValueError, match="the env's reward shaping"):
+        search_space_of(cfg, {"learning_rate": cfg.learning_rate}, {"bonus": 0.1})
+    cfg = _space_cfg(tmp_path, {"learning_rate": {"type": "log_float", "low": 1e-5, "high": 0.01}})
+    hparams, _, _, space, _ = search_space_of(cfg, {"learning_rate": cfg.learning_rate}, None)
+    assert hparams["learning_rate"] == cfg.learning_rate and space["learning_rate"].low == 1e-5
+
+
+def test_tune_false_takes_no_other_keys(tmp_path):
+    space = _write(tmp_path / "s.json", '{"exploration_loss_coeff": {"tune": false, "low": 5}}')
+    with pytest.raises(ValueError, match=r"'exploration_loss_coeff'.*\['low'\] would do nothing"):
+        load_search_space_file(space)
+    space = _write(tmp_path / "t.json", '{"exploration_loss_coeff": {"tune": false}}')
+    assert not load_search_space_file(space)["exploration_loss_coeff"].tuned
+
+
+def test_a_tilde_in_a_path_flag_is_the_home_folder(tmp_path, monkeypatch):
+    monkeypatch.setenv("HOME", str(tmp_path))
+    cfg = parse_cfg(["--env=CartPole-v1", "--train_dir=~/runs"])
+    assert cfg.train_dir == os.path.join(str(tmp_path), "runs")
+    cfg = parse_cfg(["--env=CartPole-v1", "--train_dir=runs~"])  # only a leading ~
+    assert cfg.train_dir == "runs~"
+
+
+def test_an_experiment_name_too_long_for_a_folder_names_the_flag(tmp_path):
+    with pytest.raises(ConfigError, match="--experiment=.*longer than a folder name may be"):
+        parse_cfg(["--env=CartPole-v1", f"--train_dir={tmp_path}", "--experiment=" + "x" * 256])
+    parse_cfg(["--env=CartPole-v1", f"--train_dir={tmp_path}", "--experiment=" + "x" * 255])
+
+
+def test_resuming_without_env_names_the_runs_env(tmp_path):
+    os.makedirs(tmp_path / "old")
+    (tmp_path / "old" / "config.json").write_text(json.dumps({"env": "CartPole-v1"}))
+    with pytest.raises(ConfigError) as err:
+        parse_cfg([f"--train_dir={tmp_path}", "--experiment=old"])
+    assert "trained on --env=CartPole-v1; add --env=CartPole-v1" in str(err.value)
+    with pytest.raises(ConfigError, match="--env is required: registered envs"):
+        parse_cfg([f"--train_dir={tmp_path}", "--experiment=new"])
+
+
+@pytest.mark.parametrize(
+    "arg, instead",
+    [
+        ("--kl_loss_coeff=0.1", "--ppo_clip_ratio"),
+        ("--obs_subtract_mean=0.0", "--normalize_input"),
+        ("--normalize_input_keys=obs", "--normalize_input"),
+        ("--lr_schedule_kl_threshold=0.01", "--anneal_env_steps"),
+        ("--save_best_metric=reward", "--save_every_sec"),
+    ],
+)
+def test_sample_factory_flags_for_what_is_missing_here_are_refused_by_name(arg, instead):
+    with pytest.raises(ConfigError) as err:
+        parse_cfg(["--env=CartPole-v1", arg])
+    text = str(err.value)
+    name = arg.split("=")[0]
+    assert text.startswith(f"{name}: a Sample Factory flag") and instead in text
+    assert "did you mean" not in text
+
+
+def test_refused_sample_factory_flags_are_listed_in_the_help():
+    text = " ".join(help_text("sample_factory", []).split())
+    refused = [f.name for f in FOREIGN_FLAGS if f.refused]
+    assert len(refused) >= 10
+    for name in refused:
+        assert f"--{name}" in text
