@@ -1,7 +1,9 @@
 """Entry points: train, enjoy, match, replay, report."""
 
+import argparse
 import gc
-from typing import Callable
+import sys
+from typing import Callable, NoReturn
 
 
 def command(main: Callable[[list[str] | None], int], argv: list[str] | None = None) -> int:
@@ -18,3 +20,32 @@ def summary(doc: str) -> str:
     """A module docstring's first paragraph on one line: a tool's --help description (its
     first line alone stops mid-sentence where the sentence wraps)."""
     return " ".join(doc.strip().split("\n\n")[0].split())
+
+
+class ToolParser(argparse.ArgumentParser):
+    """The argument parser of enjoy, match and report: a mistake is one line, `PROG: error:
+    ...`, exit status 2, as rl-pbt-train's are; a flag it does not know is named first (before
+    any missing one), with the closest names it does know."""
+
+    def __init__(self, prog: str, description: str, **kwargs):
+        super().__init__(prog=prog, description=description, allow_abbrev=False, **kwargs)
+
+    def parse_args(self, args=None, namespace=None):
+        tokens = sys.argv[1:] if args is None else list(args)
+        for token in tokens:
+            if token == "--":
+                break
+            name = token.split("=", 1)[0]
+            if name.startswith("--") and name not in self._option_string_actions:
+                self.error(f"unknown flag {name}{self._near(name)}")
+        return super().parse_args(tokens, namespace)
+
+    def _near(self, name: str) -> str:
+        from rl_pbt.config.parse import did_you_mean
+
+        known = [o[2:] for o in self._option_string_actions if o.startswith("--")]
+        hint = did_you_mean(name[2:], known)
+        return hint or f" ({self.prog} --help lists them all)"
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(2, f"{self.prog}: error: {message}\n")

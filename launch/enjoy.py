@@ -18,7 +18,7 @@ import sys
 import numpy as np
 
 import envs  # noqa: F401  (registers the built-in envs)
-from launch import command, summary
+from launch import ToolParser, command, summary
 from rl_pbt.config.parse import experiment_dir
 from rl_pbt.envs.registry import make_env
 from rl_pbt.envs.wrappers import as_multiagent
@@ -42,7 +42,7 @@ from rl_pbt.models.loading import (
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(description=summary(__doc__), allow_abbrev=False)
+    parser = ToolParser("rl-pbt-enjoy", summary(__doc__))
     parser.add_argument(
         "--env",
         default=None,

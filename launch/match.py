@@ -35,7 +35,7 @@ import numpy as np
 import torch
 
 import envs  # noqa: F401  (registers the built-in envs)
-from launch import command, summary
+from launch import ToolParser, command, summary
 from rl_pbt.config.flags import seed_range
 from rl_pbt.envs.registry import has_batched_env, make_env, make_env_batch
 from rl_pbt.envs.scripted import (  # noqa: F401  (RandomActor: for callers of this module)
@@ -429,7 +429,7 @@ def cross_play(env, names: list[str], factories: dict, games: int, max_steps: in
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(description=summary(__doc__), allow_abbrev=False)
+    parser = ToolParser("rl-pbt-match", summary(__doc__))
     parser.add_argument("--env", default=None, help="default: the env of the players' experiment")
     parser.add_argument("--experiment", default=None, help="the run whose members pN are")
     parser.add_argument("--train_dir", default="train_dir", type=os.path.expanduser)

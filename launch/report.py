@@ -11,7 +11,6 @@ Figures are drawn by rl_pbt.logging.report_figures (matplotlib, the `report` ext
 
 from __future__ import annotations
 
-import argparse
 import base64
 import html
 import json
@@ -22,7 +21,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, Optional
 
-from launch import command, summary
+from launch import ToolParser, command, summary
 from rl_pbt.logging.files import (
     EXPERIMENT_MARKER,
     atomic_write,
@@ -610,7 +609,7 @@ def _fail(message: str) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(allow_abbrev=False, prog=PROG, description=summary(__doc__))
+    parser = ToolParser(PROG, summary(__doc__))
     parser.add_argument("--experiment", required=True)
     parser.add_argument("--train_dir", default="train_dir", type=os.path.expanduser)
     parser.add_argument("--dot", default=None, help="also write the tree as graphviz dot")

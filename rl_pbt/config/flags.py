@@ -837,7 +837,8 @@ FLAGS: list[Flag] = [
         "selfplay_snapshot_prob",
         float,
         0.0,
-        "fraction of opponent seats given to frozen past snapshots",
+        "fraction of opponent seats given to frozen past snapshots, in the episodes not "
+        "played against a scripted player (--selfplay_scripted_prob)",
         in_unit_interval,
         group="selfplay",
     ),
@@ -855,7 +856,8 @@ FLAGS: list[Flag] = [
         float,
         0.0,
         "fraction of episodes played against the scripted player of "
-        "--pbt_target_objective=vs_scripted:NAME (every seat but the first)",
+        "--pbt_target_objective=vs_scripted:NAME (one member in a random seat, the player in "
+        "every other)",
         in_unit_interval,
         group="selfplay",
     ),

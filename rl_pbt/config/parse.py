@@ -499,10 +499,22 @@ PBT_ONLY_FLAGS = frozenset(
 )
 
 
+# flags read only when another flag is set (beyond W&B's and PBT's)
+_NEEDS = {
+    "use_rnn": ("rnn_size",),
+    "with_vtrace": ("vtrace_rho", "vtrace_c"),
+    "pbt_replay_lineage": ("pbt_replay_policy",),
+    "ray_address": (
+        "policies_per_node ray_cpus_per_group ray_gpus_per_group ray_group_timeout_s".split()
+    ),
+}
+
+
 def idle_flag_notes(values: dict[str, Any], set_here: Iterable[str], env_name: str) -> list[str]:
     """Notes on flags given (on the command line or in a preset) that change nothing with the
     other values: W&B flags without --with_wandb, the PBT manager's flags without --with_pbt
-    (or a replay), --mirror_symmetry for an env without a mirror."""
+    (or a replay), the flags of _NEEDS without theirs, --mirror_symmetry for an env without a
+    mirror."""
     from rl_pbt.envs.registry import env_symmetry  # avoid cycle
 
     given = sorted(set(set_here))
@@ -514,6 +526,10 @@ def idle_flag_notes(values: dict[str, Any], set_here: Iterable[str], env_name: s
         idle = [k for k in given if k in PBT_ONLY_FLAGS]
         if idle:
             notes.append(f"{_listed(idle)}: no effect without --with_pbt")
+    for enabler, flags in _NEEDS.items():
+        idle = [k for k in given if k in flags] if not values.get(enabler) else []
+        if idle:
+            notes.append(f"{_listed(idle)}: no effect without --{enabler}")
     if "mirror_symmetry" in given and values.get("mirror_symmetry") and env_name:
         if env_symmetry(env_name) is None:
             notes.append(f"--mirror_symmetry: no effect, env {env_name} has no mirror")

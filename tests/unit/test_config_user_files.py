@@ -130,3 +130,25 @@ def test_refused_sample_factory_flags_are_listed_in_the_help():
     assert len(refused) >= 10
     for name in refused:
         assert f"--{name}" in text
+
+
+def test_flags_that_need_another_flag_get_a_note_without_it(capsys):
+    parse_cfg(["--env=CartPole-v1", "--rnn_size=64", "--vtrace_rho=2", "--ray_cpus_per_group=2"])
+    err = capsys.readouterr().err
+    assert "--rnn_size: no effect without --use_rnn" in err
+    assert "--vtrace_rho: no effect without --with_vtrace" in err
+    assert "--ray_cpus_per_group: no effect without --ray_address" in err
+    parse_cfg(["--env=CartPole-v1", "--use_rnn", "--rnn_size=64", "--with_vtrace", "--vtrace_c=2"])
+    assert "no effect" not in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("tool", ["enjoy", "match", "report"])
+def test_the_play_and_report_tools_name_an_unknown_flag_first(tool, capsys):
+    import importlib
+
+    module = importlib.import_module(f"launch.{tool}")
+    with pytest.raises(SystemExit) as done:
+        module.main(["--exp=x", "--players", "p0"] if tool == "match" else ["--exp=x"])
+    assert done.value.code == 2
+    err = capsys.readouterr().err.strip()
+    assert err == f"rl-pbt-{tool}: error: unknown flag --exp (did you mean --experiment?)"
