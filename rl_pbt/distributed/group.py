@@ -136,6 +136,7 @@ class NodeGroup:
             save_cfg(self.cfg, config)  # the folder is a run to resume, not a new one
         self.runner = Runner(self.cfg)
         self.runner.control = self.control
+        self.runner.stats.display_ids = list(self.members)  # the population's ids, as the driver's
         self.thread = threading.Thread(target=self._run, name=f"group_{self.index}", daemon=True)
         self.thread.start()
 

@@ -7,6 +7,7 @@ stats/scalars.jsonl and, with --with_wandb, to Weights & Biases (wandb_log.py).
 from __future__ import annotations
 
 import collections
+import dataclasses
 import json
 import math
 import os
@@ -89,6 +90,9 @@ class PopulationStats:
         self.writers: dict[int, Any] = {}
         self.fps_history: list[float] = []
         self.env_steps = [0] * num_policies  # as of the last status_line call
+        # the ids the status block shows for members 0..n-1 (a node group over Ray shows the
+        # population's ids of its members); None: their own
+        self.display_ids: Optional[list[int]] = None
         # a resumed run: each member's env steps in the run before, shown until its learner
         # has loaded its checkpoint and reported (not 0 while the checkpoints load)
         self.steps_before = [0] * num_policies
@@ -182,6 +186,11 @@ class PopulationStats:
             for p in range(self.n)
         ]
 
+    def _displayed(self, policies: list[progress.PolicyStatus]) -> list[progress.PolicyStatus]:
+        if self.display_ids is None:
+            return policies
+        return [dataclasses.replace(s, policy=self.display_ids[s.policy]) for s in policies]
+
     def best_policy(self) -> Optional[int]:
         """The member with the best value of what PBT ranks on; without PBT, or where PBT ranks
         on the objective, the best recent objective (return where the env gives none)."""
@@ -247,7 +256,7 @@ class PopulationStats:
             min(self.env_steps) if self.env_steps else 0,
             self.cfg.train_for_env_steps,
             self.eta(elapsed),
-            self.policy_status(),
+            self._displayed(self.policy_status()),
             self._pbt_text(now),
             rank_name=self.rank_name,
             time_limit=self._time_limit(),

@@ -120,6 +120,22 @@ def test_stats_rate_ignores_the_jump_of_a_resumed_run(monkeypatch):
     assert abs(eta.seconds - truth) <= 0.2 * truth
 
 
+def test_a_node_groups_status_block_shows_the_populations_ids(capsys):
+    """A node group over Ray trains members 2 and 3 of the population as its 0 and 1: its
+    block names them p2 and p3, as the driver's lines do."""
+    from types import SimpleNamespace
+
+    stats = PopulationStats(fake_cfg(with_pbt=False), "/nonexistent", 2)
+    stats.display_ids = [2, 3]
+    for p, ret in ((0, 5.0), (1, 9.0)):
+        stats.add_episode(SimpleNamespace(policy_id=p, episode_return=ret, length=10,
+                                          objective=None, extra={}))  # fmt: skip
+    text = stats.status_line([2000, 1000], [1, 1], 10.0, force=True)
+    assert "p2 ret 5" in text and "p3 ret 9" in text and "best p3" in text
+    assert "p0" not in text and "p1" not in text
+    assert stats.best_policy() == 1  # the group's own id, for the code that acts on it
+
+
 # --- the status block -------------------------------------------------------------------------
 def eight_policies(seed=0, scale=1.0):
     rng = random.Random(seed)
