@@ -22,6 +22,17 @@ def summary(doc: str) -> str:
     return " ".join(doc.strip().split("\n\n")[0].split())
 
 
+def integer(text: str) -> int:
+    """An integer flag's value: '200', or '1e3' as rl-pbt-train takes a count."""
+    try:
+        return int(text)
+    except ValueError:
+        value = float(text)  # a ValueError here: argparse names the flag and the value
+    if not value.is_integer():
+        raise ValueError(text)
+    return int(value)
+
+
 class ToolParser(argparse.ArgumentParser):
     """The argument parser of enjoy, match and report: a mistake is one line, `PROG: error:
     ...`, exit status 2, as rl-pbt-train's are; a flag it does not know is named first (before

@@ -18,7 +18,7 @@ import sys
 import numpy as np
 
 import envs  # noqa: F401  (registers the built-in envs)
-from launch import ToolParser, command, summary
+from launch import ToolParser, command, integer, summary
 from rl_pbt.config.parse import experiment_dir
 from rl_pbt.envs.registry import make_env
 from rl_pbt.envs.wrappers import as_multiagent
@@ -52,11 +52,11 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--train_dir", default="train_dir", type=os.path.expanduser)
     # the second names are Sample Factory's enjoy flags, so its command lines run here too
     parser.add_argument(
-        "--policy", "--policy_index", type=int, default=0, help="population member to load"
+        "--policy", "--policy_index", type=integer, default=0, help="population member to load"
     )
-    parser.add_argument("--episodes", "--max_num_episodes", type=int, default=10)
+    parser.add_argument("--episodes", "--max_num_episodes", type=integer, default=10)
     add_play_flags(parser)
-    parser.add_argument("--max_steps", type=int, default=100_000, help="bound on total steps")
+    parser.add_argument("--max_steps", type=integer, default=100_000, help="bound on total steps")
     add_video_flag(parser, "the episodes", "p{policy}")
     parser.add_argument(
         "--no_render",

@@ -35,7 +35,7 @@ import numpy as np
 import torch
 
 import envs  # noqa: F401  (registers the built-in envs)
-from launch import ToolParser, command, summary
+from launch import ToolParser, command, integer, summary
 from rl_pbt.config.flags import seed_range
 from rl_pbt.envs.registry import has_batched_env, make_env, make_env_batch
 from rl_pbt.envs.scripted import (  # noqa: F401  (RandomActor: for callers of this module)
@@ -434,13 +434,13 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--experiment", default=None, help="the run whose members pN are")
     parser.add_argument("--train_dir", default="train_dir", type=os.path.expanduser)
     parser.add_argument("--players", nargs="+", required=True)
-    parser.add_argument("--games", type=int, default=200, help="games per pairing")
+    parser.add_argument("--games", type=integer, default=200, help="games per pairing")
     add_play_flags(parser)
-    parser.add_argument("--seed", type=int, default=0, help="seeds the env and every player")
-    parser.add_argument("--max_steps", type=int, default=5_000_000, help="bound per pairing")
+    parser.add_argument("--seed", type=integer, default=0, help="seeds the env and every player")
+    parser.add_argument("--max_steps", type=integer, default=5_000_000, help="bound per pairing")
     parser.add_argument(
         "--num_envs",
-        type=int,
+        type=integer,
         default=1,
         help="games played at once in the env's batched version (1: one game at a time)",
     )

@@ -20,7 +20,7 @@ import os
 import sys
 from typing import Any, Optional
 
-from launch import command, summary
+from launch import command, integer, summary
 from launch.train import main as train_main
 from rl_pbt.config.flags import FLAGS_BY_NAME
 from rl_pbt.config.parse import close_names, with_added_model_flags
@@ -122,7 +122,7 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--from_experiment", required=True, help="the PBT run to replay from")
     parser.add_argument(
-        "--policy", type=int, required=True, help="the member whose schedule is replayed"
+        "--policy", type=integer, required=True, help="the member whose schedule is replayed"
     )
     parser.add_argument("--train_dir", default="train_dir", type=os.path.expanduser)
     parser.add_argument(

@@ -152,3 +152,15 @@ def test_the_play_and_report_tools_name_an_unknown_flag_first(tool, capsys):
     assert done.value.code == 2
     err = capsys.readouterr().err.strip()
     assert err == f"rl-pbt-{tool}: error: unknown flag --exp (did you mean --experiment?)"
+
+
+def test_the_tools_take_counts_as_rl_pbt_train_does():
+    from launch import integer
+    from launch.match import build_parser
+
+    assert integer("200") == 200 and integer("1e3") == 1000 and integer("-2") == -2
+    for bad in ("1.5", "inf", "nan", "two"):
+        with pytest.raises(ValueError):
+            integer(bad)
+    args = build_parser().parse_args(["--players", "p0", "random", "--games=1e3"])
+    assert args.games == 1000
