@@ -146,6 +146,9 @@ class PopulationDriver:
         target = reward_shaping_target(probe)
         self.default_shaping = target.get_default_reward_shaping() if target else None
         self.rank_on, self.scripted = ranking(cfg, probe)
+        # Elo rates games between players: a one-agent env has none, and writes no elo.json
+        # (rl-pbt-report would then suggest rl-pbt-match, which needs two players)
+        self.rates_games = int(probe.num_agents) > 1
         probe.close()
         check_experiment_dir(cfg)
         self.groups = split_groups(cfg.num_policies, cfg.policies_per_node)
@@ -803,7 +806,7 @@ class PopulationDriver:
                     )
                 else:
                     self._copy_across(d, target)
-                if d.source_id is not None:  # the copy starts from the source's rating
+                if d.source_id is not None and self.rates_games:  # from the source's rating
                     self.elo.set_rating(d.policy_id, self.elo.rating(d.source_id))
             except (ray.exceptions.RayError, RuntimeError, TimeoutError) as e:
                 # a group restarting (or stopping) meanwhile: it resumes from its checkpoint and
@@ -897,7 +900,7 @@ class PopulationDriver:
             if steps > self._rows_at.get(gid, 0):
                 self.scalars.write(gid, steps, time.time(), self._scalars_of(gid))
                 self._rows_at[gid] = steps
-        if len(self.elo):
+        if len(self.elo) and self.rates_games:
             atomic_write_json(self._elo_path(), self.elo.to_dict())
         atomic_write_json(os.path.join(self.exp_dir, "summary.json"), self._summary())
 

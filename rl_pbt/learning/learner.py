@@ -219,6 +219,7 @@ class Learner:
         self.traj_per_minibatch = cfg.batch_size // cfg.rollout
         self.rec = recurrence(cfg)
         self.last_save = time.monotonic()
+        self.saved_env_steps = 0  # the env steps of this policy's newest checkpoint
         self.stats: dict[str, float] = {}
         self.copied_at: Optional[float] = None  # wall time of the last PBT weight copy
         self.copy_decided_at: Optional[float] = None  # when PBT decided that copy
@@ -800,6 +801,7 @@ class Learner:
             root=self.exp_dir,  # old files are deleted only in a real folder inside it
         )
         self.last_save = time.monotonic()
+        self.saved_env_steps = int(self.env_steps)
         return path
 
     def maybe_save(self) -> Optional[str]:
@@ -821,6 +823,7 @@ class Learner:
         self._settle_optimizer()
         self.version = int(state["version"])
         self.env_steps = int(state["env_steps"])
+        self.saved_env_steps = self.env_steps
         self.set_hparams({k: v for k, v in state["hparams"].items() if k in TUNED_HPARAMS})
         return True
 

@@ -53,6 +53,7 @@ class LearnerHost:
         self.hb_index = hb_index or {}
         self.stopped = False
         self.draining = False  # stopping: messages are still handled, nothing more is trained
+        self.unsaved: set[int] = set()  # policies whose checkpoint could not be written
 
     def _beat(self, activity: int, policy: Optional[int] = None) -> None:
         if self.heartbeats is None:
@@ -125,17 +126,18 @@ class LearnerHost:
                 )
             )
         elif isinstance(msg, SaveCheckpoint):
-            for p, learner in self.learners.items():
+            for p in self.learners:
                 if msg.policy_id is None or msg.policy_id == p:
                     self._beat(hb.SAVING, p)
-                    learner.save()
+                    self._save(p, self.learners[p].save)
         elif isinstance(msg, Stop):
             failed: Optional[CheckpointWriteError] = None
             if msg.save:
-                for p, learner in self.learners.items():
+                # a policy whose checkpoint could not be written keeps its older ones
+                for p in [p for p in self.learners if p not in self.unsaved]:
                     self._beat(hb.SAVING, p)
                     try:
-                        learner.save()
+                        self._save(p, self.learners[p].save)
                     except CheckpointWriteError as e:  # the other policies still save
                         failed = failed or e
             self.stopped = True
@@ -143,6 +145,19 @@ class LearnerHost:
                 raise failed
         else:
             raise TypeError(f"learner got an unexpected message {msg!r}")
+
+    def _save(self, p: int, save) -> Optional[str]:
+        """`save()` of policy p's learner. A checkpoint that cannot be written (a full disk,
+        no permission) is reported in one line, with the env steps of the newest checkpoint
+        kept (what a resume starts from), and CheckpointWriteError goes on up: the run stops."""
+        try:
+            return save()
+        except CheckpointWriteError as e:
+            self.unsaved.add(p)
+            kept = self.learners[p].saved_env_steps
+            detail = f"policy {p}: {e} (its checkpoints up to {kept:,} env steps are kept)"
+            self.report_queue.put(LearnerEvent(p, "save_failed", detail, {"env_steps": kept}))
+            raise
 
     def poll(self, timeout: float) -> bool:
         """Handle waiting messages, train whoever has a full batch. True if anything trained."""
@@ -165,7 +180,7 @@ class LearnerHost:
                     data = {"decided": decided, "copied": copied, "fresh": fresh, "trained": first}
                     self.report_queue.put(LearnerEvent(p, "copy_trained", "", data))
                 trained = True
-            if learner.maybe_save():
+            if self._save(p, learner.maybe_save):
                 self._beat(hb.SAVING, p)
         return trained
 
@@ -182,11 +197,18 @@ def learner_process_main(spec, policy_ids: list[int]) -> None:
         child_setup,
     )
 
+    # first: a signal to the process group while this process starts is noted, never raised
+    # in the middle of its set-up
+    signalled = StopRequest().install()
     on_cpu = not any(spec.device_of[p].startswith("cuda") for p in policy_ids)
     child_setup(
-        spec, "learner", policy_ids[0], hide_gpus=on_cpu, orphan_grace_s=LEARNER_ORPHAN_GRACE_S
+        spec,
+        "learner",
+        policy_ids[0],
+        hide_gpus=on_cpu,
+        orphan_grace_s=LEARNER_ORPHAN_GRACE_S,
+        signals=False,
     )
-    signalled = StopRequest().install()
     report_queue, heartbeats = spec.report_queue, spec.heartbeats
     hb_index = {p: spec.learner_hb(p) for p in policy_ids}
     parent = hb.ParentWatch()
@@ -226,10 +248,11 @@ def learner_process_main(spec, policy_ids: list[int]) -> None:
         report_queue.put(LearnerEvent(policy_ids[0], "error", traceback.format_exc()))
         time.sleep(0.5)
         raise
-    except CheckpointWriteError as e:  # a full disk: one line, the older checkpoints kept
-        report_queue.put(LearnerEvent(policy_ids[0], "error", str(e)))
+    except CheckpointWriteError:
+        # a full disk, no permission: the host reported it in one line (the older checkpoints
+        # kept), and no traceback follows for a fault of the folder, not of the code
         time.sleep(0.5)
-        raise
+        raise SystemExit(1) from None
     except Exception:
         report_queue.put(LearnerEvent(policy_ids[0], "error", traceback.format_exc()))
         time.sleep(0.5)

@@ -176,8 +176,11 @@ def child_setup(
     restart: int = 0,
     hide_gpus: bool = False,
     orphan_grace_s: float = ORPHAN_GRACE_S,
+    signals: bool = True,
 ) -> int:
-    """First thing in every child: one CPU thread, the user's envs, this child's own seeds.
+    """First thing in every child: one CPU thread, the user's envs, this child's own seeds;
+    with `signals`, SIGINT and SIGTERM as `child_signals` sets them (a learner has set its
+    `StopRequest` before).
 
     `hide_gpus` (learners of CPU policies on a machine with GPUs): hide the GPUs from this
     process before anything initialises CUDA. torch's optimisers ask for the accelerator on
@@ -186,7 +189,6 @@ def child_setup(
     if hide_gpus:
         os.environ["CUDA_VISIBLE_DEVICES"] = ""
     torch.set_num_threads(1)
-    child_signals()
     restore_registry(spec.registry)
     if spec.scripted:
         restore_scripted(spec.cfg.env, spec.scripted)
@@ -196,6 +198,8 @@ def child_setup(
     guard.start()
     seed = derive_seed(spec.run_seed, role, index, restart)
     seed_everything(seed)
+    if signals:  # last, so that a signal is never raised inside the set-up (a forked child
+        child_signals()  # drops one before: the runner, which it reaches too, stops the child)
     return seed
 
 

@@ -265,11 +265,16 @@ def check_resume(cfg: Cfg, config_path: str) -> None:
             f"({e}); use --restart_behavior=restart (moves the old run aside) or another "
             "--experiment"
         ) from None
-    unusable = unusable_checkpoints(os.path.dirname(config_path), cfg.num_policies)
+    exp_dir = os.path.dirname(config_path)
+    # a population on Ray keeps its checkpoints in its node groups' folders, and each group's
+    # run checks its own
+    recorded = {} if cfg.ray_address else recorded_env_steps(exp_dir)
+    unusable = unusable_checkpoints(exp_dir, cfg.num_policies, recorded)
     if unusable:
         raise ConfigError(
-            f"cannot resume {os.path.dirname(config_path)}: {unusable}; restore a good copy, "
-            "or move the files away to start that policy anew"
+            f"cannot resume {exp_dir}: {unusable}; restore its "
+            "checkpoints, or start the run over: --restart_behavior=restart (moves the old run "
+            "aside) or --restart_behavior=overwrite (deletes it)"
         )
     wrong = resume_mismatches(cfg, saved)
     if wrong:
@@ -282,11 +287,17 @@ def check_resume(cfg: Cfg, config_path: str) -> None:
         )
 
 
-def unusable_checkpoints(exp_dir: str, num_policies: int) -> Optional[str]:
+def unusable_checkpoints(
+    exp_dir: str, num_policies: int, recorded: Optional[dict[int, int]] = None
+) -> Optional[str]:
     """Why some policy cannot resume: it has checkpoint files and none of them can be read
-    (else it would train from scratch and its new checkpoints rotate the old ones out). None
-    when each policy has a readable checkpoint or none at all; only the newest readable one of
-    each policy is read."""
+    (else it would train from scratch and its new checkpoints rotate the old ones out), or it
+    has none while the run recorded env steps of it (its checkpoints were deleted or lost:
+    it would start from random weights under the old step count). None when each policy has
+    a readable checkpoint, or none and no steps recorded (a run stopped before its first
+    checkpoint). `recorded`: each policy's env steps the run recorded (`recorded_env_steps`).
+    Only the newest readable checkpoint of each policy is read."""
+    recorded = recorded or {}
     for p in range(num_policies):
         folder = checkpoint_dir(exp_dir, p)
         found, newest = newest_readable_checkpoint(folder)
@@ -295,7 +306,22 @@ def unusable_checkpoints(exp_dir: str, num_policies: int) -> Optional[str]:
                 f"none of the {len(checkpoint_files(folder))} checkpoints of policy {p} in "
                 f"{folder} can be read (the newest {newest})"
             )
+        if found is None and recorded.get(p, 0) > 0:
+            return (
+                f"policy {p} has trained {recorded[p]:,} env steps (summary.json), but {folder} "
+                "holds no checkpoint of it"
+            )
     return None
+
+
+def recorded_env_steps(exp_dir: str) -> dict[int, int]:
+    """Each policy's env steps as the run's summary.json records them (none from a summary
+    that is missing or of another shape)."""
+    try:
+        policies = read_json(os.path.join(exp_dir, "summary.json"), {}).get("policies") or {}
+        return {int(p): int(entry.get("env_steps") or 0) for p, entry in policies.items()}
+    except (OSError, ValueError, TypeError, AttributeError):
+        return {}
 
 
 def newest_readable_checkpoint(folder: str) -> tuple[Optional[tuple[str, dict]], Optional[str]]:
@@ -550,6 +576,10 @@ class Runner:
                 f"{self.start_time - self.budget_start:.0f} s ago"
             )
         self.interrupted = False  # stopped by Ctrl-C or SIGTERM (the footer says so)
+        self.stop_signals = _StopSignals()  # a SIGINT or SIGTERM noted, for the loop to take
+        # policy -> the env steps of its newest checkpoint, once a checkpoint of it could not
+        # be written (the run then stops with a non-zero status)
+        self.unsaved_steps: dict[int, int] = {}
         # a node group of a population on several machines: its PBT is decided outside
         self.control: Optional[GroupControl] = None
         # last: a run stopped by an error above leaves the config of the run it resumes alone
@@ -696,6 +726,19 @@ class Runner:
         return unflatten_shaping(flat, self.default_shaping)
 
     def run(self) -> int:
+        # the stop sets its own handlers: a caller's (a script training twice) come back after
+        previous = {sig: signal.getsignal(sig) for sig in (signal.SIGINT, signal.SIGTERM)}
+        # from the start line on, a signal stops the run as it would later: noted, and taken
+        # between two turns of the loop (the start-up's children are started first)
+        self.stop_signals.install()
+        try:
+            return self._run()
+        finally:
+            for sig, handler in previous.items():
+                if handler is not None:
+                    _set_signal(sig, handler)
+
+    def _run(self) -> int:
         cfg = self.cfg
         log(
             f"experiment {self.exp_dir} ({'resuming' if self.resuming else 'new'}); "
@@ -748,38 +791,32 @@ class Runner:
                     f"--train_for_env_steps={cfg.train_for_env_steps} (set it lower)"
                 )
         self.run_lock.acquire()
-        # the stop sets its own handlers: a caller's (a script training twice) come back after
-        previous = {sig: signal.getsignal(sig) for sig in (signal.SIGINT, signal.SIGTERM)}
-        _set_signal(signal.SIGTERM, _interrupt_on_sigterm)
         try:
             status = self._run_serial() if cfg.serial_mode else self._run_parallel()
         finally:
-            for sig, handler in previous.items():
-                if handler is not None:
-                    _set_signal(sig, handler)
             _try_write("the logs", self.stats.close)
             self.run_lock.release()
             if self.control is not None:
                 self.control.fail_all("the node group's run ended")
-        if status != 0 and self.jammed:
+        if status != 0 and self.jammed and not self.interrupted:
             argv = jam_restart_argv(cfg) if not self._time_spent() else None
             if argv is not None:
                 restart_whole_run(argv, self.budget_start)
         if self.control is not None:  # a node group: the population's driver says what's next
             return status
-        print(
-            end_of_run_text(
-                self.exp_dir,
-                cfg,
-                has_pbt=bool(cfg.with_pbt),  # a replay has a schedule, but no lineage of its own
-                selfplay=self.num_agents > 1,
-                best_policy=self.stats.best_policy(),
-                own_env=self._own_env(),
-                status=status,
-                interrupted=self.interrupted,
-            ),
-            flush=True,
+        text = end_of_run_text(
+            self.exp_dir,
+            cfg,
+            has_pbt=bool(cfg.with_pbt),  # a replay has a schedule, but no lineage of its own
+            selfplay=self.num_agents > 1,
+            best_policy=self.stats.best_policy(),
+            own_env=self._own_env(),
+            status=status,
+            interrupted=self.interrupted,
         )
+        if status != 0 and not any(self._kept_steps()):
+            text = without_play_hints(text)  # no policy trained: nothing to watch play yet
+        print(text, flush=True)
         return status
 
     def _own_env(self) -> bool:
@@ -857,6 +894,10 @@ class Runner:
         stop = _TurnEndStop()
         try:
             with stop:
+                # a signal noted while the learners started: the first turn is the last
+                if self.stop_signals.requested is not None:
+                    log(f"{self.stop_signals.name()}: stopping at the end of the first turn")
+                    stop.requested = True
                 for i in range(cfg.num_workers):  # their envs start here: an env may fail already
                     workers.append(self._worker_factory(i, lambda: False, blocking=False))
                 if self.resuming:
@@ -878,6 +919,8 @@ class Runner:
         except EnvContractError as e:  # the env's fault: one line naming it
             log(f"ERROR: {e}")
             status = 1
+        except CheckpointWriteError:  # a full disk: the host's report names it (final tick)
+            status = 1
         except Exception:  # stop as a parallel run does: say why, save what is sound
             log(f"ERROR:\n{traceback.format_exc()}")
             status = 1
@@ -887,8 +930,7 @@ class Runner:
         exact = turn_ended and self._settle_turn(host, workers)
         try:
             host.handle(Stop(save=True))
-        except CheckpointWriteError as e:  # a full disk: the older checkpoints are kept
-            log(f"ERROR: {e}")
+        except CheckpointWriteError:  # the older checkpoints are kept; named at the final tick
             status = 1
             exact = False
         self._save_serial_state(learners, workers, exact)
@@ -995,14 +1037,15 @@ class Runner:
 
     def _run_parallel(self) -> int:
         self._ctx = self._mp_context()
-        self._start_processes(self._ctx)
         status = 0
-        self._loop_alive = time.monotonic()
         self._loop_done = threading.Event()
-        threading.Thread(target=self._watch_loop, name="runner-watchdog", daemon=True).start()
         try:
+            self._start_children()
+            self._loop_alive = time.monotonic()
+            threading.Thread(target=self._watch_loop, name="runner-watchdog", daemon=True).start()
             while not self._tick():
                 self._loop_alive = time.monotonic()
+                self._take_stop_request()
                 self._check_health()
         except ComponentFailure as e:
             log(f"ERROR: {e}")
@@ -1017,17 +1060,44 @@ class Runner:
         finally:
             self._shutdown()
             self._loop_done.set()
+        if self.unsaved_steps:  # a checkpoint could not be written, perhaps at the stop
+            status = status or 1
         return status
+
+    def _start_children(self) -> None:
+        """Start the children. A signal to the process group may end one being started (the
+        fork server, before it set its handlers): the stop it asked for then goes on."""
+        try:
+            self._start_processes(self._ctx)
+        except Exception as e:
+            if self.stop_signals.requested is None:
+                raise
+            log(f"not every process started after {self.stop_signals.name()} ({one_line_error(e)})")
+            self._take_stop_request()
+
+    def _take_stop_request(self) -> None:
+        """A SIGINT or SIGTERM noted since the last turn stops the run here, between two turns
+        of the loop (as Ctrl-C: checkpoints, PBT state, Elo and summary saved)."""
+        if self.stop_signals.requested is not None:
+            log(f"{self.stop_signals.name()}: stopping")
+            raise KeyboardInterrupt
 
     # --- health -----------------------------------------------------------------------------
     def _check_health(self) -> None:
+        stopping = self.stop_flag[0] or self.stop_signals.requested is not None
         for i, proc in enumerate(self.processes):
-            if proc.exitcode is not None and not self.stop_flag[0]:
+            if proc.exitcode is not None and not stopping:
                 idx = self.proc_hb[proc.name]
                 what = (
                     f"{self.heartbeats.names[idx]} died (exit code {proc.exitcode}) while "
                     f"{self.heartbeats.describe(idx)}"
                 )
+                if proc.exitcode == 0 and not proc.name.startswith("rollout_worker_"):
+                    # a learner or inference process ends by itself only on a SIGINT or
+                    # SIGTERM sent to it (its learners saved first): the run stops as on that
+                    # signal, and is not restarted
+                    log(f"{what}: it was stopped by a signal; stopping the run")
+                    raise KeyboardInterrupt
                 if proc.exitcode == 1:
                     # a Python exception: its report (the reason) is on its way; a bug that a
                     # restart would only repeat, so the run stops with it
@@ -1076,7 +1146,8 @@ class Runner:
             for proc in self.processes:
                 if proc.is_alive():
                     proc.kill()
-            argv = jam_restart_argv(self.cfg) if not self._time_spent() else None
+            asked = self.stop_signals.requested is not None  # a stop asked for: no restart
+            argv = jam_restart_argv(self.cfg) if not (self._time_spent() or asked) else None
             if argv is not None:
                 restart_whole_run(argv, self.budget_start)
             os._exit(1)
@@ -1151,8 +1222,13 @@ class Runner:
         self._consume_reports(raise_errors=False)
         self._save_side_state()
         self.stats.status_line(
-            self.env_steps, self.versions, time.time() - self.budget_start, force=True
+            self._kept_steps(), self.versions, time.time() - self.budget_start, force=True
         )
+
+    def _kept_steps(self) -> list[int]:
+        """Each policy's env steps, as far as its checkpoints hold them: a policy whose
+        checkpoint could not be written counts those of its newest one."""
+        return [self.unsaved_steps.get(p, s) for p, s in enumerate(self.env_steps)]
 
     @staticmethod
     def _send_stops(stops: list) -> None:
@@ -1199,11 +1275,13 @@ class Runner:
 
     # --- the observer loop ------------------------------------------------------------------
     def _tick(self, final: bool = False) -> bool:
-        """Consume reports, print status, run PBT and self-play bookkeeping; True when done."""
+        """Consume reports, print status, run PBT and self-play bookkeeping; True when done.
+        `final` (a serial run's end): errors reported are logged, the run is stopping."""
         timeout = 0.0 if (final or self.cfg.serial_mode) else 0.05
-        self._consume_reports(timeout)
+        self._consume_reports(timeout, raise_errors=not final)
         elapsed = time.time() - self.budget_start  # the command's time, restarts included
-        self.stats.status_line(self.env_steps, self.versions, elapsed)
+        steps = self._kept_steps() if final else self.env_steps
+        self.stats.status_line(steps, self.versions, elapsed)
         self.stats.maybe_write_summaries(self.env_steps, self.pbt)
         if final:
             self._save_side_state()
@@ -1229,6 +1307,14 @@ class Runner:
         """Apply queued reports; a component's error raises ComponentFailure, or with
         raise_errors=False (while stopping) is logged and the rest still applied."""
         for msg in drain(self.report_queue, timeout=timeout):
+            if isinstance(msg, LearnerEvent) and msg.kind == "save_failed":
+                # the policy's newest checkpoint holds fewer env steps than it trained: the
+                # summary says what a resume starts from, and the run does not end as a success
+                self.unsaved_steps[msg.policy_id] = int(msg.data["env_steps"])
+                if raise_errors:
+                    raise ComponentFailure(msg.detail)
+                log(f"ERROR (while stopping): {msg.detail}")
+                continue
             if not raise_errors and isinstance(msg, LearnerEvent) and msg.kind == "error":
                 log(f"ERROR (while stopping): {self._error_text(msg)}")
                 continue
@@ -1496,7 +1582,7 @@ class Runner:
         )
 
     def _write_summary(self) -> None:
-        summary = self.stats.summary(self.env_steps)
+        summary = self.stats.summary(self._kept_steps())  # what a resume starts from
         summary["seed"] = self.run_seed  # drawn when --seed was not given: --seed repeats it
         summary["worker_restarts"] = self.worker_restarts
         summary["pbt_copy_latency_s"] = [
@@ -1607,6 +1693,24 @@ def saved_network_problem(exp_dir: str, template) -> Optional[str]:
     )
 
 
+# the commands of the end-of-run text that play the policies (watch one, play them together)
+PLAY_HINTS = ("watch policy", "members against each other")
+
+
+def without_play_hints(text: str) -> str:
+    """The end-of-run text without its commands that play the policies: a run stopped before
+    any policy trained has only its starting weights to play."""
+    lines = text.splitlines()
+    out: list[str] = []
+    skip = False
+    for line in lines:
+        if line.startswith("  ") and not line.startswith("    "):  # a hint's name
+            skip = line.strip().startswith(PLAY_HINTS)
+        if not skip:
+            out.append(line)
+    return "\n".join(out)
+
+
 def _flat(x) -> str:
     return " ".join(str(x).split())  # a space's text may hold line breaks (a numpy array)
 
@@ -1634,10 +1738,33 @@ def _set_signal(sig, handler):
         return None
 
 
-def _interrupt_on_sigterm(signum, frame) -> None:
-    """SIGTERM stops the run like Ctrl-C: checkpoints, PBT state, Elo and summary saved."""
-    log("SIGTERM: stopping")
-    raise KeyboardInterrupt
+class _StopSignals:
+    """The main process's SIGTERM handler during a run (SIGINT's too, where Python's own
+    handler has it): it notes the request, and the run stops like Ctrl-C (checkpoints, PBT
+    state, Elo and summary saved) between two turns of its loop, or once its children are
+    started. Raised as KeyboardInterrupt on the spot, a signal could land in code that
+    swallows the exception (a logging lock's release around a fork, a finaliser) and be lost:
+    the run then trained on to its budget."""
+
+    def __init__(self):
+        self.requested: Optional[int] = None  # the signal that asked for the stop
+        self.pid = os.getpid()
+
+    def __call__(self, signum, frame) -> None:
+        # nothing printed here: the handler may run inside a print (a reentrant write fails).
+        # A child forked a moment ago, before it set its own handlers, leaves it: the runner,
+        # which a signal to the process group reaches too, stops it.
+        if os.getpid() == self.pid and self.requested is None:
+            self.requested = signum
+
+    def name(self) -> str:
+        return signal.Signals(self.requested).name if self.requested else "a signal"
+
+    def install(self) -> None:
+        self.pid = os.getpid()
+        _set_signal(signal.SIGTERM, self)
+        if signal.getsignal(signal.SIGINT) is signal.default_int_handler:  # not an ignored
+            _set_signal(signal.SIGINT, self)  # one (a background job), nor a caller's own
 
 
 def _log_signal_while_stopping(signum, frame) -> None:

@@ -190,3 +190,18 @@ def test_broken_env_in_a_worker_process_is_one_line(tmp_path, capsys):
     text = capsys.readouterr().out
     assert "ERROR: rollout worker 0: env 'broken_parallel' (worker 0, copy" in text, text[-2000:]
     assert "the reward is nan" in text and "Traceback" not in text
+
+
+@pytest.mark.parametrize("mode", ["serial", "parallel"])
+def test_a_run_that_fails_before_training_suggests_no_policy_to_watch(tmp_path, capsys, mode):
+    """Its checkpoints hold the starting weights only: the end says why it stopped and how to
+    resume, and suggests no rl-pbt-enjoy."""
+    name = f"broken_at_once_{mode}"
+    register_env(name, lambda *a, **k: Broken("step_raises", at=1))
+    extra = ["--serial_mode"] if mode == "serial" else ["--mp_start_method=fork"]
+    assert run(tmp_path, name, *extra) == 1
+    text = capsys.readouterr().out
+    assert "step() raised ValueError: action out of range" in text, text[-2000:]
+    assert "The run stopped before its end" in text and "resumes it" in text, text[-2000:]
+    assert "rl-pbt-report" in text
+    assert "enjoy" not in text and "watch policy" not in text, text[-2000:]

@@ -13,6 +13,7 @@ import subprocess
 import sys
 import threading
 import time
+import types
 
 import pytest
 
@@ -441,6 +442,7 @@ def test_a_new_run_sets_aside_what_a_node_kept_of_an_earlier_one(
     class Runner:  # the group's run, up to its folder
         def __init__(self, cfg):
             self.folder, self.resuming = prepare_experiment_dir(cfg)
+            self.stats = types.SimpleNamespace()  # the group names its members there
 
         def run(self):
             return 0
@@ -460,6 +462,29 @@ def test_a_new_run_sets_aside_what_a_node_kept_of_an_earlier_one(
     assert not group.runner.resuming and group.held() == {0: None, 1: None}
     kept = [p.name for p in (node / "n" / "groups").iterdir() if p.name.startswith("g0_old_")]
     assert len(kept) == (1 if fresh == "restart" else 0), kept
+
+
+def test_a_population_of_a_one_agent_env_writes_no_elo_table(tmp_path, monkeypatch):
+    """A PBT copy rates nobody where no games are played: no elo.json, from which
+    rl-pbt-report would suggest rl-pbt-match (which needs a multi-agent env)."""
+    from rl_pbt.distributed.driver import PopulationDriver
+
+    monkeypatch.setattr(ray, "get", lambda ref, timeout=None: ref.value)
+    driver = PopulationDriver(driver_cfg(tmp_path, "--with_pbt"))
+    group = FakeGroup()
+    group.apply = group
+    driver.actors = [group, FakeGroup()]
+    copy = types.SimpleNamespace(
+        policy_id=1, source_id=0, hparams={}, shaping=None, log_line="PBT: p1 copies p0"
+    )
+    driver.pbt.update = lambda steps, ratings=None, copying=(), no_source=(): [copy]
+    driver._pbt_step()
+    assert group.calls == [(1, 0, {}, None)]  # p1 took p0's weights, in group 0
+    driver.env_steps = [100, 100, 100, 100]
+    driver._write_summaries()
+    assert os.path.isfile(os.path.join(driver.exp_dir, "summary.json"))
+    assert not os.path.exists(os.path.join(driver.exp_dir, "elo.json"))
+    driver.scalars.close()
 
 
 def test_a_resumed_driver_goes_on_from_the_counts_of_the_run_before(tmp_path):

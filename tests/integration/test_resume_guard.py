@@ -121,3 +121,37 @@ def test_a_policy_whose_checkpoints_are_all_unreadable_is_not_restarted_from_scr
     newest_p1 = sorted((tmp_path / "e" / "checkpoint_p1").glob("checkpoint_*.pth"))[-1]
     newest_p1.write_bytes(good.read_bytes())
     assert main([*argv[:-2], "--train_for_env_steps=1200"]) == 0
+
+
+@pytest.mark.parametrize("loss", ["files", "folder"])
+def test_a_policy_whose_checkpoints_are_gone_is_not_restarted_from_scratch(tmp_path, capsys, loss):
+    """The run recorded env steps of it: resumed from random weights, it would carry on under
+    the old step count."""
+    argv = [*SERIAL_CARTPOLE, f"--train_dir={tmp_path}", "--experiment=e"]
+    assert main([*argv, "--train_for_env_steps=600"]) == 0
+    folder = tmp_path / "e" / "checkpoint_p0"
+    for path in folder.glob("checkpoint_*.pth"):
+        path.unlink()
+    if loss == "folder":
+        folder.rmdir()
+    before = files_of(tmp_path / "e")
+    capsys.readouterr()
+    assert main([*argv, "--train_for_env_steps=1200"]) == 2
+    err = capsys.readouterr().err
+    assert len(err.strip().splitlines()) == 1 and "Traceback" not in err, err
+    for word in ["cannot resume", "policy 0 has trained", str(folder), "holds no checkpoint",
+                 "restore its checkpoints", "--restart_behavior=overwrite"]:  # fmt: skip
+        assert word in err, (word, err)
+    assert files_of(tmp_path / "e") == before
+
+
+def test_a_run_stopped_before_its_first_checkpoint_still_resumes(tmp_path, capsys):
+    """No env steps recorded for the policy (no summary.json: the run ended before writing
+    one): it starts anew, as before."""
+    argv = [*SERIAL_CARTPOLE, f"--train_dir={tmp_path}", "--experiment=e"]
+    assert main([*argv, "--train_for_env_steps=600"]) == 0
+    for path in (tmp_path / "e" / "checkpoint_p0").glob("checkpoint_*.pth"):
+        path.unlink()
+    (tmp_path / "e" / "summary.json").unlink()
+    assert main([*argv, "--train_for_env_steps=1200"]) == 0
+    assert "(resuming)" in capsys.readouterr().out

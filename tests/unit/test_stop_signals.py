@@ -116,3 +116,28 @@ def test_a_run_gives_the_callers_signal_handlers_back(tmp_path):
     finally:
         for sig, handler in before.items():
             signal.signal(sig, handler)
+
+
+def test_a_child_that_ends_while_the_runner_is_stopping_is_no_crash():
+    """A SIGTERM to the process group reaches the children too: a learner that saved and ended
+    (exit status 0) before the runner's loop took its own signal does not make the run count
+    as jammed (which restarts it from its checkpoints)."""
+    from types import SimpleNamespace
+
+    from rl_pbt.runtime.runner import Runner
+
+    runner = SimpleNamespace(
+        processes=[SimpleNamespace(name="learner_0", exitcode=0)],
+        stop_flag=[0],  # the loop has not taken the signal yet
+        stop_signals=SimpleNamespace(requested=signal.SIGTERM),
+        proc_hb={"learner_0": 1},
+        heartbeats=SimpleNamespace(
+            names=["rollout worker 0", "learner 0"],
+            describe=lambda idx: "stopped",
+            stale=lambda timeout: [],
+        ),
+        cfg=SimpleNamespace(heartbeat_timeout=30),
+        jammed=False,
+    )
+    Runner._check_health(runner)
+    assert not runner.jammed
