@@ -860,11 +860,32 @@ def target_objective_problem(target: str) -> Optional[str]:
     return None
 
 
+def worker_splits_problem(cfg: Cfg, inference: str) -> Optional[str]:
+    """With the inference process (`inference`: --inference, or what auto chose), a worker's
+    envs step in --worker_num_splits groups of equal size; local inference ignores the flag."""
+    if inference != "device" or cfg.num_envs_per_worker % cfg.worker_num_splits == 0:
+        return None
+    return (
+        f"--num_envs_per_worker={cfg.num_envs_per_worker} must be a multiple of "
+        f"--worker_num_splits={cfg.worker_num_splits} with --inference=device"
+    )
+
+
+# rollout workers per CPU core beyond which a run is refused: each is a process of its own,
+# and far more of them than cores only share the cores (and the memory) ever thinner
+MAX_WORKERS_PER_CORE = 32
+
+
 def _check_cross_flags(cfg: Cfg) -> None:
-    if cfg.num_envs_per_worker % cfg.worker_num_splits != 0:
+    problem = worker_splits_problem(cfg, cfg.inference)  # auto: checked once it has chosen
+    if problem:
+        raise ConfigError(problem)
+    cores = os.cpu_count() or 1
+    if cfg.num_workers > MAX_WORKERS_PER_CORE * cores and not cfg.ray_address:
         raise ConfigError(
-            f"--num_envs_per_worker={cfg.num_envs_per_worker} must be a multiple of "
-            f"--worker_num_splits={cfg.worker_num_splits}"
+            f"--num_workers={cfg.num_workers}: one process each, on a machine with {cores} CPU "
+            f"cores; give at most {MAX_WORKERS_PER_CORE * cores} (about one per core is the "
+            "fastest; --num_envs_per_worker adds env copies without processes)"
         )
     if cfg.batch_size % cfg.rollout != 0:
         raise ConfigError(

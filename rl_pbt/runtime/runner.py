@@ -34,6 +34,7 @@ from rl_pbt.config.parse import (
     resume_mismatches,
     resume_notes,
     save_cfg,
+    worker_splits_problem,
 )
 from rl_pbt.config.policy_values import (
     check_shaping_keys,
@@ -438,6 +439,15 @@ class Runner:
         # search space that does not fit the env stop here with one line
         template = self._template_model()
         self.n_params = sum(p.numel() for p in template.parameters())
+        self.inference_mode, self.inference_why = resolve_inference(
+            cfg.inference,
+            self.uses_cuda,
+            any(template.obs_spec.is_image(k) for k in template.obs_spec.keys),
+            self.n_params,
+        )
+        splits_problem = worker_splits_problem(cfg, self.inference_mode)
+        if splits_problem:
+            raise ConfigError(f"{splits_problem} ({self.inference_why})")
         self.buffers = self._allocate_buffers(template)
         self._replayer = self._check_pbt_inputs()
 
@@ -482,12 +492,6 @@ class Runner:
                 self.learner_queues[p] = q
         self.worker_queues = [make_queue(cfg.serial_mode) for _ in range(cfg.num_workers)]
         self.inference = None  # InferencePlan with --inference=device
-        self.inference_mode, self.inference_why = resolve_inference(
-            cfg.inference,
-            self.uses_cuda,
-            any(template.obs_spec.is_image(k) for k in template.obs_spec.keys),
-            self.n_params,
-        )
         if self.inference_mode == "device":
             io = InferenceIO.allocate(
                 cfg.num_workers,

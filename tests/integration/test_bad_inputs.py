@@ -114,7 +114,11 @@ CASES = [
     Case("recurrence_zero", ["--use_rnn", "--recurrence=0"], ["--recurrence=0", "-1"]),
     Case("recurrence_rollout", ["--use_rnn", "--recurrence=5"], ["--recurrence=5", "--rollout=32"]),
     Case("batch_vs_rollout", ["--batch_size=500"], ["--batch_size=500", "--rollout=32"]),
-    Case("splits", ["--num_envs_per_worker=3"], ["--num_envs_per_worker=3", "--worker_num_splits"]),
+    Case(
+        "splits",
+        ["--num_envs_per_worker=3", "--inference=device"],
+        ["--num_envs_per_worker=3", "--worker_num_splits"],
+    ),
     Case("gpu_without_gpus", ["--device=gpu", "--num_gpus=0"], ["--device=gpu", "--num_gpus=0"]),
     Case("pbt_alone", ["--with_pbt"], ["--with_pbt", "--num_policies=1", ">= 2"]),
     Case("replace_fraction", PBT + ["--pbt_replace_fraction=0.9"], ["--pbt_replace_fraction"]),

@@ -164,3 +164,35 @@ def test_the_tools_take_counts_as_rl_pbt_train_does():
             integer(bad)
     args = build_parser().parse_args(["--players", "p0", "random", "--games=1e3"])
     assert args.games == 1000
+
+
+def test_worker_splits_bind_only_the_inference_process():
+    from rl_pbt.config.parse import worker_splits_problem
+
+    cfg = parse_cfg(["--env=CartPole-v1", "--num_envs_per_worker=3", "--inference=local"])
+    assert worker_splits_problem(cfg, "local") is None
+    parse_cfg(["--env=CartPole-v1", "--num_envs_per_worker=3"])  # auto: checked once it chose
+    assert "--worker_num_splits=2 with --inference=device" in worker_splits_problem(cfg, "device")
+    with pytest.raises(ConfigError, match="multiple of --worker_num_splits"):
+        parse_cfg(["--env=CartPole-v1", "--num_envs_per_worker=3", "--inference=device"])
+
+
+def test_worker_splits_are_checked_once_auto_has_chosen_the_inference_process(
+    tmp_path, monkeypatch
+):
+    from rl_pbt.runtime import runner
+
+    chosen = ("device", "auto: on CUDA, a large policy")
+    monkeypatch.setattr(runner, "resolve_inference", lambda *a: chosen)
+    cfg = parse_cfg(["--env=CartPole-v1", "--num_envs_per_worker=3", f"--train_dir={tmp_path}"])
+    with pytest.raises(ConfigError) as err:
+        runner.Runner(cfg)
+    assert "--worker_num_splits=2 with --inference=device (auto: on CUDA" in str(err.value)
+    assert not os.listdir(tmp_path)  # refused before anything was written
+
+
+def test_a_number_of_workers_far_beyond_the_cores_is_refused(monkeypatch):
+    monkeypatch.setattr(os, "cpu_count", lambda: 2)
+    with pytest.raises(ConfigError, match="--num_workers=5000: .* 2 CPU cores; give at most 64"):
+        parse_cfg(["--env=CartPole-v1", "--num_workers=5000"])
+    assert parse_cfg(["--env=CartPole-v1", "--num_workers=64"]).num_workers == 64
