@@ -34,7 +34,10 @@ def test_sample_factory_pbt_defaults():
     [
         (["--env=CartPole-v1", "--learning_rate=-0.1"], ["--learning_rate", "-0.1", "> 0"]),
         (["--env=CartPole-v1", "--batch_size=500"], ["--batch_size=500", "--rollout=32"]),
-        (["--env=CartPole-v1", "--num_envs_per_worker=3"], ["--num_envs_per_worker=3", "splits"]),
+        (
+            ["--env=CartPole-v1", "--num_envs_per_worker=3", "--inference=device"],
+            ["--num_envs_per_worker=3", "splits"],
+        ),
         (["--env=CartPol-v1"], ["--env", "CartPol-v1", "CartPole-v1"]),
         (["--env=CartPole-v1", "--bogus=1"], ["--bogus"]),
         (["--env=CartPole-v1", "--device=tpu"], ["--device", "tpu"]),
