@@ -14,6 +14,7 @@ import difflib
 import json
 import math
 import os
+import re
 import sys
 import textwrap
 from pathlib import Path
@@ -170,7 +171,10 @@ def build_parser(flags: Iterable[Flag]) -> argparse.ArgumentParser:
     parser = _Parser(prog=PROG, add_help=False, allow_abbrev=False)
     for flag in flags:
         _add_flag(parser, flag)
+    own = {flag.name for flag in flags}
     for foreign in FOREIGN_FLAGS:
+        if foreign.name in own:  # an env's own flag of that name: it is the env's
+            continue
         parser.add_argument(
             f"--{foreign.name}",
             dest=_FOREIGN_DEST + foreign.name,
@@ -285,6 +289,8 @@ def load_preset(name_or_path: str) -> dict[str, Any]:
         )
     for key in PRESET_FILE_FLAGS:
         value = preset.get(key)
+        if isinstance(value, str) and value.startswith("~"):
+            preset[key] = value = os.path.expanduser(value)
         if isinstance(value, str) and value and not os.path.isabs(value):
             preset[key] = str(found.resolve().parent / value)
     return preset
@@ -478,12 +484,13 @@ def parse_cfg(
 def _with_source(message: str, source_of: dict[str, str]) -> str:
     """A check's message on one flag ('--name=value: why'), with where the value came from
     when that was not the command line ('--name=value (in preset p): why')."""
-    head, sep, rest = message.partition(": ")
-    name = head[2:].split("=", 1)[0] if head.startswith("--") and "=" in head else None
-    source = source_of.get(name or "", "the command line")
-    if not sep or source == "the command line" or " (in " in head:
+    # the first '--name=value' (a quoted value may hold spaces); '--a=x with --b=y: why'
+    # names --a first, and the label goes right after it
+    m = re.match(r"--(\w+)=('[^']*'|\"[^\"]*\"|\S+?)(?=: |\s|$)", message)
+    source = source_of.get(m.group(1), "the command line") if m else "the command line"
+    if m is None or source == "the command line" or message[m.end() :].startswith(" (in "):
         return message
-    return f"{head} (in {source}){sep}{rest}"
+    return f"{message[: m.end()]} (in {source}){message[m.end() :]}"
 
 
 # flags only the PBT manager reads (--pbt_target_objective and --pbt_mix_policies_in_one_env

@@ -50,6 +50,7 @@ from rl_pbt.learning.checkpoints import (
     CheckpointError,
     CheckpointWriteError,
     checkpoint_files,
+    checkpoint_order,
     read_checkpoint,
 )
 from rl_pbt.learning.learner import Learner, default_hparams
@@ -1052,7 +1053,11 @@ class Runner:
                 self._take_stop_request()
                 self._check_health()
         except ComponentFailure as e:
-            log(f"ERROR: {e}")
+            if self.stop_signals.requested is not None:  # most likely ended by the same signal
+                log(f"{self.stop_signals.name()}: stopping ({e})")
+                self.interrupted = True
+            else:
+                log(f"ERROR: {e}")
             status = 1
         except KeyboardInterrupt:
             log("interrupted: saving checkpoints")
@@ -1230,9 +1235,15 @@ class Runner:
         )
 
     def _kept_steps(self) -> list[int]:
-        """Each policy's env steps, as far as its checkpoints hold them: a policy whose
-        checkpoint could not be written counts those of its newest one."""
-        return [self.unsaved_steps.get(p, s) for p, s in enumerate(self.env_steps)]
+        """Each policy's env steps as its newest checkpoint holds them (0 without one): what a
+        resume starts from. At a clean stop the learners have just saved, and these are the
+        steps they trained; a learner killed before a save, or whose checkpoint could not be
+        written, counts those of the checkpoint it left."""
+        kept = []
+        for p in range(self.num_policies):
+            files = checkpoint_files(checkpoint_dir(self.exp_dir, p))
+            kept.append(max(0, checkpoint_order(files[-1])[1]) if files else 0)
+        return kept
 
     @staticmethod
     def _send_stops(stops: list) -> None:
@@ -1748,7 +1759,9 @@ class _StopSignals:
     state, Elo and summary saved) between two turns of its loop, or once its children are
     started. Raised as KeyboardInterrupt on the spot, a signal could land in code that
     swallows the exception (a logging lock's release around a fork, a finaliser) and be lost:
-    the run then trained on to its budget."""
+    the run then trained on to its budget. A second one before the loop took the first (a
+    loop stuck on a locked queue) is raised at once; once the stop is under way, the stop's
+    own handlers only log further signals, so that no save is cut short."""
 
     def __init__(self):
         self.requested: Optional[int] = None  # the signal that asked for the stop
@@ -1758,8 +1771,11 @@ class _StopSignals:
         # nothing printed here: the handler may run inside a print (a reentrant write fails).
         # A child forked a moment ago, before it set its own handlers, leaves it: the runner,
         # which a signal to the process group reaches too, stops it.
-        if os.getpid() == self.pid and self.requested is None:
-            self.requested = signum
+        if os.getpid() != self.pid:
+            return
+        if self.requested is not None:  # asked again: the loop has not taken the first (stuck)
+            raise KeyboardInterrupt
+        self.requested = signum
 
     def name(self) -> str:
         return signal.Signals(self.requested).name if self.requested else "a signal"

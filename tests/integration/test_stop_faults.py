@@ -140,3 +140,38 @@ def test_a_checkpoint_that_cannot_be_written_stops_the_run_in_one_line(
     assert checkpoint_files(exp_dir) == before  # the older checkpoints kept
     summary = json.loads((exp_dir / "summary.json").read_text())
     assert summary["policies"]["0"]["env_steps"] == kept  # what a resume starts from
+
+
+def test_a_learner_killed_before_its_first_checkpoint_leaves_a_run_that_resumes(
+    tmp_path, monkeypatch, capfd
+):
+    """summary.json counts the steps the checkpoints hold: a learner killed outright before
+    its first save leaves 0, and the restart (or a re-run) resumes instead of being refused
+    for a policy that trained but has no checkpoint."""
+    monkeypatch.setattr(runner_module, "restart_whole_run", lambda *a: None)
+    exp_dir = str(tmp_path / "k")
+
+    def kill_the_learner():
+        deadline = time.monotonic() + 12
+        while time.monotonic() < deadline:
+            try:
+                with open(os.path.join(exp_dir, "pids.json")) as f:
+                    pid = json.load(f)["learner_0"]
+                break
+            except (OSError, ValueError, KeyError):
+                time.sleep(0.1)
+        else:
+            return
+        time.sleep(1.5)  # training, no checkpoint yet (--save_every_sec)
+        os.kill(pid, signal.SIGKILL)
+
+    threading.Thread(target=kill_the_learner, daemon=True).start()
+    flags = ["--train_for_env_steps=10000000", "--train_for_seconds=15", "--save_every_sec=100000"]
+    runner = Runner(tiny_cfg(tmp_path, "k", *flags))
+    assert runner.run() == 1 and runner.jammed, "".join(capfd.readouterr())[-3000:]
+    assert max(runner.env_steps) > 0 and not checkpoint_files(exp_dir)
+    summary = json.loads(open(os.path.join(exp_dir, "summary.json")).read())
+    assert summary["policies"]["0"]["env_steps"] == 0
+    again = Runner(tiny_cfg(tmp_path, "k", "--train_for_env_steps=200"))  # not refused
+    assert again.resuming and again.run() == 0
+    assert checkpoint_files(exp_dir)

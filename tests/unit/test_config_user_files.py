@@ -196,3 +196,44 @@ def test_a_number_of_workers_far_beyond_the_cores_is_refused(monkeypatch):
     with pytest.raises(ConfigError, match="--num_workers=5000: .* 2 CPU cores; give at most 64"):
         parse_cfg(["--env=CartPole-v1", "--num_workers=5000"])
     assert parse_cfg(["--env=CartPole-v1", "--num_workers=64"]).num_workers == 64
+
+
+def test_an_env_may_own_a_flag_named_as_a_refused_sample_factory_one(monkeypatch):
+    from rl_pbt.config.flags import Flag
+    from rl_pbt.envs import registry
+    from rl_pbt.envs.registry import register_env
+
+    monkeypatch.setattr(registry, "_REGISTRY", dict(registry._REGISTRY))  # undone after
+    make = lambda *a, **k: None  # noqa: E731 (never called: parsing only)
+    register_env("scaled_env", make, extra_flags=[Flag("obs_scale", float, 1.0, "its own")])
+    assert parse_cfg(["--env=scaled_env", "--obs_scale=2"]).obs_scale == 2.0
+    with pytest.raises(ConfigError, match="--obs_scale: a Sample Factory flag"):
+        parse_cfg(["--env=CartPole-v1", "--obs_scale=2"])
+
+
+def test_a_tilde_in_a_presets_file_flag_is_the_home_folder(tmp_path, monkeypatch):
+    monkeypatch.setenv("HOME", str(tmp_path))
+    (tmp_path / "space.json").write_text(json.dumps({"learning_rate": {"type": "log_float"}}))
+    _write(tmp_path / "p.json", json.dumps({
+        "env": "CartPole-v1", "with_pbt": True, "num_policies": 2,
+        "pbt_search_space": "~/space.json"}))  # fmt: skip
+    cfg = parse_cfg(["--preset=~/p.json", f"--train_dir={tmp_path}"])
+    assert cfg.pbt_search_space == str(tmp_path / "space.json")
+
+
+def test_the_preset_label_follows_the_flag_it_came_from():
+    from rl_pbt.config.parse import _with_source
+
+    src = {"device": "preset p.json", "pbt_target_objective": "preset t.json"}
+    assert (
+        _with_source("--device=gpu with --num_gpus=0: use --device=cpu", src)
+        == "--device=gpu (in preset p.json) with --num_gpus=0: use --device=cpu"
+    )
+    assert (
+        _with_source("--pbt_target_objective=vs_scripted:x: no such player", src)
+        == "--pbt_target_objective=vs_scripted:x (in preset t.json): no such player"
+    )
+    assert (
+        _with_source("--num_gpus=0 with --device=gpu: x", src)
+        == "--num_gpus=0 with --device=gpu: x"
+    )

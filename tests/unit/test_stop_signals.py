@@ -141,3 +141,15 @@ def test_a_child_that_ends_while_the_runner_is_stopping_is_no_crash():
     )
     Runner._check_health(runner)
     assert not runner.jammed
+
+
+def test_a_second_signal_before_the_loop_took_the_first_stops_at_once():
+    """The first is only noted (the loop takes it between two turns); a second one while the
+    loop has not taken it (a loop stuck on a locked queue) interrupts where it lands."""
+    from rl_pbt.runtime.runner import _StopSignals
+
+    handler = _StopSignals()
+    handler(signal.SIGINT, None)
+    assert handler.requested == signal.SIGINT and handler.name() == "SIGINT"
+    with pytest.raises(KeyboardInterrupt):
+        handler(signal.SIGINT, None)
