@@ -156,7 +156,7 @@ class LearnerHost:
             self.unsaved.add(p)
             kept = self.learners[p].saved_env_steps
             detail = f"policy {p}: {e} (its checkpoints up to {kept:,} env steps are kept)"
-            self.report_queue.put(LearnerEvent(p, "save_failed", detail, {"env_steps": kept}))
+            self.report_queue.put(LearnerEvent(p, "save_failed", detail))
             raise
 
     def poll(self, timeout: float) -> bool:

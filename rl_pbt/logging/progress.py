@@ -354,12 +354,14 @@ def end_of_run_text(
     own_env: bool = False,
     status: int = 0,
     interrupted: bool = False,
+    trained: bool = True,
 ) -> str:
     """Where the results of a finished run are and the commands to look at them. `own_env`:
     the env was registered by the user's code, which a new process knows nothing of: the
     commands that make it are then calls to run after that registration. `status` other than
     0: the run stopped before its end (an error or a stop asked for), and the text says so
-    first, and how to go on."""
+    first, and how to go on. `trained=False` (no policy has a trained checkpoint): no commands
+    that play the policies, which have only their starting weights."""
     q = shlex.quote
     experiment = getattr(cfg, "experiment", os.path.basename(os.path.normpath(exp_dir)))
     train_dir = getattr(cfg, "train_dir", os.path.dirname(os.path.normpath(exp_dir)))
@@ -378,11 +380,10 @@ def end_of_run_text(
     if own_env:
         play, env_arg = _call, []  # the script's own env: the run's config names it
         watch += f" (in your script, after registering {env})"
-    hints = [
-        ("the run's report", _cmd("launch.report", *where)),
-        (watch, play("launch.enjoy", *env_arg, *where, f"--policy={policy}")),
-    ]
-    if selfplay:
+    hints = [("the run's report", _cmd("launch.report", *where))]
+    if trained:
+        hints.append((watch, play("launch.enjoy", *env_arg, *where, f"--policy={policy}")))
+    if selfplay and trained:
         order = [policy] + [p for p in range(num_policies) if p != policy]
         players = [f"p{p}" for p in order[:4]] + (["random"] if num_policies < 2 else [])
         hints.append(

@@ -73,7 +73,7 @@ class LearnerReport:
 @dataclass
 class LearnerEvent:
     policy_id: int
-    kind: str  # "pbt_applied" | "saved" | "error"
+    kind: str  # "pbt_applied" | "saved" | "save_failed" | "error" | ...
     detail: str
     data: dict[str, Any] = field(default_factory=dict)
 

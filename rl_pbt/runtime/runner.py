@@ -582,9 +582,8 @@ class Runner:
             )
         self.interrupted = False  # stopped by Ctrl-C or SIGTERM (the footer says so)
         self.stop_signals = _StopSignals()  # a SIGINT or SIGTERM noted, for the loop to take
-        # policy -> the env steps of its newest checkpoint, once a checkpoint of it could not
-        # be written (the run then stops with a non-zero status)
-        self.unsaved_steps: dict[int, int] = {}
+        # policies a checkpoint of which could not be written: the run ends with status 1
+        self.save_failed: set[int] = set()
         # a node group of a population on several machines: its PBT is decided outside
         self.control: Optional[GroupControl] = None
         # last: a run stopped by an error above leaves the config of the run it resumes alone
@@ -818,9 +817,8 @@ class Runner:
             own_env=self._own_env(),
             status=status,
             interrupted=self.interrupted,
+            trained=status == 0 or any(self._kept_steps()),
         )
-        if status != 0 and not any(self._kept_steps()):
-            text = without_play_hints(text)  # no policy trained: nothing to watch play yet
         print(text, flush=True)
         return status
 
@@ -1069,7 +1067,7 @@ class Runner:
         finally:
             self._shutdown()
             self._loop_done.set()
-        if self.unsaved_steps:  # a checkpoint could not be written, perhaps at the stop
+        if self.save_failed:  # a checkpoint could not be written, perhaps at the stop
             status = status or 1
         return status
 
@@ -1323,9 +1321,9 @@ class Runner:
         raise_errors=False (while stopping) is logged and the rest still applied."""
         for msg in drain(self.report_queue, timeout=timeout):
             if isinstance(msg, LearnerEvent) and msg.kind == "save_failed":
-                # the policy's newest checkpoint holds fewer env steps than it trained: the
-                # summary says what a resume starts from, and the run does not end as a success
-                self.unsaved_steps[msg.policy_id] = int(msg.data["env_steps"])
+                # its newest checkpoint holds fewer env steps than it trained: the run does not
+                # end as a success (summary.json counts the checkpoint's steps)
+                self.save_failed.add(msg.policy_id)
                 if raise_errors:
                     raise ComponentFailure(msg.detail)
                 log(f"ERROR (while stopping): {msg.detail}")
@@ -1706,24 +1704,6 @@ def saved_network_problem(exp_dir: str, template) -> Optional[str]:
         "observation or action spaces (or the model) changed since the run was saved; use a "
         "new --experiment, or --restart_behavior=overwrite to start this one over"
     )
-
-
-# the commands of the end-of-run text that play the policies (watch one, play them together)
-PLAY_HINTS = ("watch policy", "members against each other")
-
-
-def without_play_hints(text: str) -> str:
-    """The end-of-run text without its commands that play the policies: a run stopped before
-    any policy trained has only its starting weights to play."""
-    lines = text.splitlines()
-    out: list[str] = []
-    skip = False
-    for line in lines:
-        if line.startswith("  ") and not line.startswith("    "):  # a hint's name
-            skip = line.strip().startswith(PLAY_HINTS)
-        if not skip:
-            out.append(line)
-    return "\n".join(out)
 
 
 def _flat(x) -> str:

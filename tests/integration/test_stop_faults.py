@@ -64,6 +64,27 @@ def test_a_sigterm_where_exceptions_are_swallowed_still_stops_the_run(tmp_path, 
     assert checkpoint_files(tmp_path / "t")  # the learner saved at the stop
 
 
+def signal_the_learner_later(exp_dir: str, sig: int, after_s: float) -> None:
+    """In a thread: once the run's pids.json names learner 0 (within 12 s), wait `after_s`
+    (training) and send it `sig`."""
+
+    def send():
+        deadline = time.monotonic() + 12
+        while time.monotonic() < deadline:
+            try:
+                with open(os.path.join(exp_dir, "pids.json")) as f:
+                    pid = json.load(f)["learner_0"]
+                break
+            except (OSError, ValueError, KeyError):
+                time.sleep(0.1)
+        else:
+            return
+        time.sleep(after_s)
+        os.kill(pid, sig)
+
+    threading.Thread(target=send, daemon=True).start()
+
+
 def test_a_learner_that_stops_on_its_own_sigterm_stops_the_run_without_a_restart(
     tmp_path, monkeypatch, capfd
 ):
@@ -77,21 +98,7 @@ def test_a_learner_that_stops_on_its_own_sigterm_stops_the_run_without_a_restart
     cfg = tiny_cfg(tmp_path, "l", "--train_for_env_steps=10000000", "--train_for_seconds=15")
     exp_dir = str(tmp_path / "l")
 
-    def signal_the_learner():
-        deadline = time.monotonic() + 12
-        while time.monotonic() < deadline:
-            try:
-                with open(os.path.join(exp_dir, "pids.json")) as f:
-                    pid = json.load(f)["learner_0"]
-                break
-            except (OSError, ValueError, KeyError):
-                time.sleep(0.1)
-        else:
-            return
-        time.sleep(1.0)  # training
-        os.kill(pid, signal.SIGTERM)
-
-    threading.Thread(target=signal_the_learner, daemon=True).start()
+    signal_the_learner_later(exp_dir, signal.SIGTERM, 1.0)
     runner = Runner(cfg)
     status = runner.run()
     text = "".join(capfd.readouterr())
@@ -151,21 +158,7 @@ def test_a_learner_killed_before_its_first_checkpoint_leaves_a_run_that_resumes(
     monkeypatch.setattr(runner_module, "restart_whole_run", lambda *a: None)
     exp_dir = str(tmp_path / "k")
 
-    def kill_the_learner():
-        deadline = time.monotonic() + 12
-        while time.monotonic() < deadline:
-            try:
-                with open(os.path.join(exp_dir, "pids.json")) as f:
-                    pid = json.load(f)["learner_0"]
-                break
-            except (OSError, ValueError, KeyError):
-                time.sleep(0.1)
-        else:
-            return
-        time.sleep(1.5)  # training, no checkpoint yet (--save_every_sec)
-        os.kill(pid, signal.SIGKILL)
-
-    threading.Thread(target=kill_the_learner, daemon=True).start()
+    signal_the_learner_later(exp_dir, signal.SIGKILL, 1.5)  # before a checkpoint
     flags = ["--train_for_env_steps=10000000", "--train_for_seconds=15", "--save_every_sec=100000"]
     runner = Runner(tiny_cfg(tmp_path, "k", *flags))
     assert runner.run() == 1 and runner.jammed, "".join(capfd.readouterr())[-3000:]
