@@ -10,10 +10,12 @@ agent's next decision, not from the invalid steps' values (the critic is not tra
 At the edges of a rollout: the last decision of a rollout bootstraps from `values[T]`, and
 the rewards of invalid steps before the first decision of a rollout have no decision here and
 are dropped. The rollout workers make both right: a rollout that ends on an agent's decision
-is sent once the agent decides again, with that decision's value as `values[T]` and the
-rewards and episode end of the invalid steps in between added to its last step (where they
-are then credited to the last decision); those steps' copies that open the next rollout are
-the ones dropped. With every step valid this is the usual estimator.
+is sent once the agent decides again (or its episode ends), however many steps it waits, with
+that decision's value as `values[T]`, the episode end of the invalid steps in between marked
+on its last step and their rewards as the rollout's `late_rewards` (scaled and clipped one by
+one; the learner adds them to the last step's reward), so they are credited to the last
+decision; those steps' copies that open the next rollout are the ones dropped. With every
+step valid this is the usual estimator.
 """
 
 from __future__ import annotations

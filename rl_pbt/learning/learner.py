@@ -354,6 +354,9 @@ class Learner:
         actions, old_logp = batch["actions"], batch["log_probs"]
         rewards, dones, values_raw = batch["rewards"], batch["dones"], batch["values"]
         scaled = scale_rewards(rewards, cfg.reward_scale, cfg.reward_clip)
+        late = batch.get("late_rewards")  # scaled and clipped by the rollout workers
+        if late is not None:
+            scaled[:, t - 1] += late
         valid = batch["valid"]
         own = valid & (batch["policy_id"] == self.policy_id)
         lag = self.version - batch["policy_version"]
@@ -462,7 +465,12 @@ class Learner:
                 mask.sum().float(),
                 torch.where(mask, lag, 0).sum().float(),  # over what is trained on
                 torch.where(mask, returns, zero).sum().float(),
-                torch.isfinite(torch.where(mask, rewards, zero)).all().float(),
+                torch.isfinite(torch.where(mask, rewards, zero)).all().float()
+                * (
+                    1.0
+                    if late is None
+                    else torch.isfinite(torch.where(mask[:, -1], late, zero)).all()
+                ),
                 sums_finite(self._live_state(steps=False)).float(),
                 (own & ((rewards * cfg.reward_scale).abs() > cfg.reward_clip)).sum().float(),
             ]

@@ -17,7 +17,7 @@ from rl_pbt.models.action_dist import ActionSpec
 from rl_pbt.models.obs import ObsSpec, torch_dtype
 
 FREE, WORKER, QUEUED, LEARNER = 0, 1, 2, 3
-# per-step sample data besides observations (what the learner gathers)
+# sample data besides observations (what the learner gathers): per step, then per slot
 SAMPLE_FIELDS = (
     "actions",
     "log_probs",
@@ -29,6 +29,7 @@ SAMPLE_FIELDS = (
     "policy_id",
     "policy_version",
     "rnn_states",
+    "late_rewards",
 )
 OWNER_NAMES = {
     FREE: "free pool",
@@ -59,6 +60,9 @@ class TrajectoryBuffers:
     policy_id: torch.Tensor
     policy_version: torch.Tensor
     rnn_states: torch.Tensor  # [S, T // recurrence, H] (H = 0 without an RNN)
+    # [S]: rewards of the agent's waiting steps after the last step (turn-taking), each scaled
+    # by --reward_scale and clipped to --reward_clip, summed: they add to the last step's reward
+    late_rewards: torch.Tensor
     owner: torch.Tensor  # [S] int8
     holder: torch.Tensor  # [S] int16: the rollout worker filling the slot (-1: none)
 
@@ -95,6 +99,7 @@ class TrajectoryBuffers:
             policy_id=shared((s, t), torch.int16, -1),
             policy_version=shared((s, t), torch.int64, -1),
             rnn_states=shared((s, t // max(recurrence, 1), rnn_size), torch.float32, float("nan")),
+            late_rewards=shared((s,), torch.float32, 0.0),  # zeroed as a worker takes a slot
             owner=shared((s,), torch.int8, FREE),
             holder=shared((s,), torch.int16, -1),
         )

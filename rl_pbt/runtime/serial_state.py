@@ -110,6 +110,8 @@ def capture_buffers(buffers: TrajectoryBuffers, free_queue) -> dict:
 
 
 def restore_buffers(buffers: TrajectoryBuffers, free_queue, state: dict) -> None:
+    if "late_rewards" not in state["fields"]:  # saved before they were kept apart: in rewards
+        buffers.late_rewards.zero_()
     for name, saved in state["fields"].items():
         if name.startswith("obs."):
             target = buffers.obs[name[4:]]

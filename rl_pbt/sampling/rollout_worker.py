@@ -9,6 +9,7 @@ both drive it.
 
 from __future__ import annotations
 
+import math
 import time
 from typing import Any, Callable, Optional
 
@@ -180,6 +181,9 @@ class RolloutWorker(ServerActing):
         # rewards to the old trajectory's last decision and are not bootstrapped from)
         self.pending_bootstrap: dict[int, list[int]] = {}
         self.defer_bootstrap = self.num_agents > 1
+        # a waiting step's reward after a trajectory's last decision is kept apart from that
+        # decision's own reward, scaled and clipped alone (`_settle_bootstrap`)
+        self.reward_scale, self.clip = float(cfg.reward_scale), float(cfg.reward_clip)
         self.parked: dict[int, list[tuple[int, int]]] = {}  # policy -> [(slot, steps used)]
         self.ep_return = np.zeros(n_act)
         self.ep_len = np.zeros(n_act, dtype=np.int64)
@@ -332,6 +336,8 @@ class RolloutWorker(ServerActing):
             self._beat(hb.WAIT_SLOT)
             timeout = 0.1 if self.blocking else 0.0
             got = self.pool.acquire(n - len(slots), timeout, holder=self.idx)
+            if got:
+                self.np["late_rewards"][got] = 0.0
             slots += got
             if not got:
                 if not self.blocking:
@@ -529,15 +535,9 @@ class RolloutWorker(ServerActing):
 
     def _skip(self, lo: int, hi: int) -> np.ndarray:
         """Which actors of [lo, hi) the next forward pass leaves out: those the env said wait
-        (`info["acts_next"]` False), except one whose full rollout would otherwise be sent
-        after its T-th waiting step without the value of the state it waits in (`_settle_
-        bootstrap`). Remembered in `self.skipped` for `_record`'s check."""
-        skip = np.zeros(hi - lo, dtype=bool) if self.rnn_size else self.waits[lo:hi]
-        if skip.any():
-            skip = skip.copy()
-            for i, (_, waited) in self.pending_bootstrap.items():
-                if lo <= i < hi and waited >= self.T - 1:
-                    skip[i - lo] = False
+        (`info["acts_next"]` False); with an RNN none, as its state moves on every step.
+        Remembered in `self.skipped` for `_record`'s check."""
+        skip = np.zeros(hi - lo, dtype=bool) if self.rnn_size else self.waits[lo:hi].copy()
         self.skipped[lo:hi] = skip
         return skip
 
@@ -823,7 +823,12 @@ class RolloutWorker(ServerActing):
             i = base + a
             if self._trains(i):
                 self.t[i] += 1
-                if self.t[i] == self.T and dones[off + a]:
+                if self.t[i] == self.T and not self.np["valid"][self.slot[i]].any():
+                    # no decision in it (the agent waited throughout: its rewards went to the
+                    # trajectory waiting for its next decision, or precede the first one of an
+                    # episode): nothing to train on, the slot is written again from its start
+                    self.t[i] = 0
+                elif self.t[i] == self.T and dones[off + a]:
                     # ended on its last step: nothing to bootstrap, sent now (waiting for a
                     # value, it would take in the waiting steps of the agent's next episode)
                     s, policy = int(self.slot[i]), int(self.seat_row[i])
@@ -865,20 +870,25 @@ class RolloutWorker(ServerActing):
     ) -> None:
         """Actor i's step was just recorded while its previous trajectory waits for a
         bootstrap value (`_write_step` wrote this step's value there; a trajectory whose
-        episode had ended was sent there). A decision (or an episode end, or T waiting steps)
-        sends that trajectory; a waiting step's reward and episode end (and whether a time
-        limit cut it) go to its last step, where the learner credits them to the last decision
-        (the new trajectory's copy of that reward precedes its first decision: not counted)."""
+        episode had ended was sent there). A decision or an episode end sends that trajectory,
+        however long the agent waits; a waiting step's reward (scaled and clipped alone, as the
+        learner does each step's) goes to its `late_rewards`, its episode end (and whether a
+        time limit cut it) to its last step, where the learner credits them to the last
+        decision (the new trajectory's copy of that reward precedes its first decision: not
+        counted)."""
         entry = self.pending_bootstrap[i]
         old = entry[0]
         if not active:
-            self.np["rewards"][old, self.T - 1] += r
+            r *= self.reward_scale  # not finite: kept so, for the learner's check
+            self.np["late_rewards"][old] += (
+                min(max(r, -self.clip), self.clip) if math.isfinite(r) else r
+            )
             if done:  # no bootstrap: any finite value (no forward pass may have given one)
                 self.np["dones"][old, self.T - 1] = 1.0
                 self.np["timeouts"][old, self.T - 1] = cut
                 self.np["values"][old, self.T] = 0.0
             entry[1] += 1
-            if not done and entry[1] < self.T:
+            if not done:
                 return
         del self.pending_bootstrap[i]
         finished.setdefault(int(self.seat_row[i]), []).append(old)

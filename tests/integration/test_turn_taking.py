@@ -113,6 +113,7 @@ def test_trajectories_end_on_a_result_or_bootstrap_from_the_next_decision(tmp_pa
             for s in slots:
                 received.append(
                     {k: getattr(b, k)[s].numpy().copy() for k in ("rewards", "dones", "valid")}
+                    | {"late": float(b.late_rewards[s])}
                     | {"obs": b.obs["observation"][s].numpy().copy()}
                 )
 
@@ -150,7 +151,9 @@ def test_trajectories_end_on_a_result_or_bootstrap_from_the_next_decision(tmp_pa
         if traj["dones"][t_len - 1]:
             results += 1
             full = own + theirs + 1 == 42
-            assert traj["rewards"][t_len - 1] in ((1.0, -1.0, 0.0) if full else (1.0, -1.0))
+            # the loser's reward comes on its waiting step, after its last move
+            result = traj["rewards"][t_len - 1] + traj["late"]
+            assert result in ((1.0, -1.0, 0.0) if full else (1.0, -1.0))
         else:
             bootstrapped += 1
             assert pieces(traj["obs"][t_len]) == (own + 1, theirs + 1)

@@ -523,3 +523,26 @@ def test_reward_scale_and_clip_train_as_rewards_scaled_by_hand(tmp_path, vtrace)
     c.train_if_ready()
     c.train_if_ready()
     assert any(not torch.equal(x, y) for x, y in zip(a.model.parameters(), c.model.parameters()))
+
+
+@pytest.mark.parametrize("vtrace", [False, True])
+def test_late_rewards_add_to_the_last_step_as_they_are(tmp_path, vtrace):
+    """A waiting agent's rewards after a rollout's last step (`late_rewards`, already scaled and
+    clipped one by one by the rollout worker) add to that step's reward after the learner has
+    clipped it, and are not clipped again: --reward_clip=1 with 3.0 late trains exactly as the
+    defaults do on the same data with each reward clipped to [-1, 1] by hand and 3.0 added to
+    the last step."""
+    flags = [f"--with_vtrace={vtrace}"]
+    a = make_learner(tmp_path, *flags, "--reward_clip=1", seed=7)
+    b = make_learner(tmp_path, *flags, seed=7)
+    for learner in (a, b):
+        slots = fill(learner, torch.Generator().manual_seed(0), 2 * learner.traj_per_iteration)
+    a.buffers.late_rewards[slots] = 3.0
+    by_hand = b.buffers.rewards[slots].clamp(-1.0, 1.0)
+    by_hand[:, -1] += 3.0
+    b.buffers.rewards[slots] = by_hand
+    for learner in (a, b):
+        learner.train_if_ready()
+        learner.train_if_ready()
+    assert a.stats["value_loss"] == b.stats["value_loss"]
+    assert_same_weights(a, b)
