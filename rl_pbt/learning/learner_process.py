@@ -101,6 +101,11 @@ class LearnerHost:
                 learner.import_state(msg.source_id, msg.decided_at)
             learner.set_hparams(msg.hparams)  # after the copy: the copy must not overwrite them
             learner.publish()
+            if msg.source_id is not None:
+                # PBT's state file holds the copy from now on: a restart must find the copied
+                # weights in a checkpoint, not the member's own older ones under its new values
+                self._beat(hb.SAVING, msg.policy_id)
+                self._save(msg.policy_id, learner.save)
             if msg.export_to is not None:
                 learner.export_state(msg.export_to)
                 event = LearnerEvent(msg.policy_id, "exported", "", {"row": msg.export_to})

@@ -61,6 +61,7 @@ from rl_pbt.logging.files import (
     checkpoint_dir,
     experiment_name_problem,
     is_inside,
+    policy_shaping_path,
     read_json,
     read_run_config,
 )
@@ -720,14 +721,30 @@ class Runner:
 
     def _policy_shaping(self, p: int) -> Optional[dict]:
         """Policy p's reward shaping now: PBT's (restored on resume), else the defaults with
-        --policy_values' shaping leaves for p on top."""
+        --policy_values' shaping leaves for p on top; on the resume without PBT of a run that
+        had it, the shaping PBT had given p stands in for the defaults (its members keep the
+        values they have, as the resume note says)."""
         if self.pbt is not None:
             return self.pbt.shaping[p]
         shaping_flat = split_values(self.policy_values[p])[1] if self.policy_values else {}
-        if not shaping_flat:
+        base = self._shaping_pbt_left(p)
+        if not shaping_flat and base is None:
             return self.default_shaping
-        flat = {**flatten_shaping(self.default_shaping), **shaping_flat}
+        flat = {**flatten_shaping(self.default_shaping), **(base or {}), **shaping_flat}
         return unflatten_shaping(flat, self.default_shaping)
+
+    def _shaping_pbt_left(self, p: int) -> Optional[dict]:
+        """The flat shaping an earlier PBT run wrote for policy p (its policy file), when this
+        run resumes it; only the leaves the env's shaping still has."""
+        path = policy_shaping_path(self.exp_dir, p)
+        if not self.resuming or self.default_shaping is None or not os.path.isfile(path):
+            return None
+        try:
+            saved = flatten_shaping(read_json(path))
+        except (OSError, ValueError, TypeError, AttributeError):
+            return None
+        known = flatten_shaping(self.default_shaping)
+        return {k: v for k, v in saved.items() if k in known}
 
     def run(self) -> int:
         # the stop sets its own handlers: a caller's (a script training twice) come back after

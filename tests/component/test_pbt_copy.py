@@ -6,6 +6,7 @@ import time
 import torch
 
 from rl_pbt import parse_cfg
+from rl_pbt.learning.checkpoints import latest_checkpoint, read_checkpoint
 from rl_pbt.learning.learner_process import LearnerHost
 from rl_pbt.memory.buffers import FREE
 from rl_pbt.runtime.messages import ApplyPBT, ExportState, LearnerEvent, drain
@@ -80,6 +81,11 @@ def test_copy_then_own_hparams(tmp_path):
     assert dst.version > old_dst_version + cfg.max_policy_lag
     # and the published weights are the copied ones
     assert runner.params.current_version(1) == dst.version
+    # and saved at once: PBT's state file holds the copy, so a restart must find its weights
+    saved = read_checkpoint(latest_checkpoint(dst.checkpoint_folder()))
+    assert saved["version"] == dst.version and saved["hparams"]["learning_rate"] == 0.0123
+    for k, v in saved["model"].items():
+        torch.testing.assert_close(v, src_state[k], rtol=0, atol=0)
     events = [m for m in drain(runner.report_queue) if isinstance(m, LearnerEvent)]
     assert any(e.kind == "pbt_applied" and e.policy_id == 1 for e in events)
     # a second copy decided before the target's first update replaces the first: the latency

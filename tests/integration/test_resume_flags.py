@@ -42,3 +42,25 @@ def test_a_pbt_run_keeps_each_members_value_and_says_so(tmp_path, capsys):
     out = capsys.readouterr().out
     assert "the run trained with --with_pbt and this resume has none: PBT stops" in out
     assert [_lr(tmp_path, "p", p)[0] for p in (0, 1)] == [1e-4, 1e-4]
+
+
+def test_a_pbt_run_resumed_without_pbt_keeps_each_members_shaping(tmp_path):
+    """The shaping PBT gave each member is what its rollouts use after a resume without
+    --with_pbt (they went back to the env's defaults), as the learning values do."""
+    from rl_pbt.logging.files import policy_shaping_path, read_json
+    from rl_pbt.pbt.search_space import flatten_shaping
+    from rl_pbt.runtime.runner import Runner
+
+    run = ["--env=lure", "--serial_mode", "--num_workers=1", "--num_envs_per_worker=4",
+           "--rollout=16", "--batch_size=64", "--encoder_mlp_layers", "16", "--seed=3",
+           "--num_policies=2", f"--train_dir={tmp_path}", "--experiment=s"]  # fmt: skip
+    values = tmp_path / "values.json"
+    values.write_text('[{"rew.lure": 1.5}, {"rew.lure": 0.5}]')
+    pbt = ["--with_pbt", f"--policy_values={values}", "--train_for_env_steps=1000"]
+    assert train(parse_cfg(run + pbt)) == 0
+    exp = str(tmp_path / "s")
+    runner = Runner(parse_cfg(run + ["--train_for_env_steps=2000"]))
+    for p, lure in ((0, 1.5), (1, 0.5)):
+        given = flatten_shaping(read_json(policy_shaping_path(exp, p)))
+        assert given["rew.lure"] == lure  # what PBT started member p from
+        assert flatten_shaping(runner._policy_shaping(p)) == given
