@@ -21,7 +21,8 @@ import envs  # noqa: F401  (registers the built-in envs)
 from launch import ToolParser, command, integer, summary
 from rl_pbt.config.parse import experiment_dir
 from rl_pbt.envs.registry import make_env
-from rl_pbt.envs.wrappers import as_multiagent
+from rl_pbt.envs.wrappers import as_multiagent, reward_shaping_target
+from rl_pbt.logging.files import policy_shaping_path
 from rl_pbt.logging.video import (
     VideoWriter,
     add_video_flag,
@@ -35,10 +36,12 @@ from rl_pbt.models.loading import (
     add_play_flags,
     checkpoint_misfit,
     experiment_cfg,
+    given_env_problem,
     load_policy,
     play_flags_problem,
     run_env_problem,
 )
+from rl_pbt.pbt.search_space import saved_member_shaping
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -76,6 +79,10 @@ def load(args):
         problem = run_env_problem(exp_dir, trained_on, "launch.enjoy")
         if problem:
             raise ValueError(f"{problem}; or give --env=NAME to play in another env")
+    else:
+        problem = given_env_problem(args.env, "launch.enjoy")
+        if problem:
+            raise ValueError(problem)
     cfg.env = args.env or trained_on
     env = as_multiagent(
         make_env(
@@ -97,7 +104,24 @@ def load(args):
         ) from e
     if cfg.env != trained_on:
         print(f"note: {args.experiment} was trained on {trained_on}; playing in {cfg.env}")
+    else:
+        install_member_shaping(env, exp_dir, args.policy)
     return cfg, env, model
+
+
+def install_member_shaping(env, exp_dir: str, policy: int) -> None:
+    """The reward shaping PBT last gave the member, in every seat, so that the returns shown
+    are those it trained on (the env's defaults otherwise)."""
+    target = reward_shaping_target(env)
+    if target is None:
+        return
+    shaping = saved_member_shaping(exp_dir, policy, target.get_default_reward_shaping())
+    if shaping is None:
+        return
+    for agent in range(env.num_agents):
+        target.set_reward_shaping(shaping, agent)
+    name = os.path.basename(policy_shaping_path(exp_dir, policy))
+    print(f"policy {policy} plays with the reward shaping PBT gave it ({name})")
 
 
 def check_args(args) -> None:

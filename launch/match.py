@@ -59,6 +59,7 @@ from rl_pbt.models.loading import (
     add_play_flags,
     checkpoint_misfit,
     experiment_cfg,
+    given_env_problem,
     load_policy,
     play_flags_problem,
     run_env_problem,
@@ -104,6 +105,9 @@ def parse_player(
 def resolve_env(args) -> str:
     """--env, else the env the first trained player's experiment was trained on."""
     if args.env:
+        problem = given_env_problem(args.env, "launch.match")
+        if problem:
+            raise ValueError(problem)
         return args.env
     for spec in args.players:
         found = parse_player(spec, args.experiment)

@@ -122,7 +122,8 @@ def empty_action_mask(place: str, head: int, num_heads: int) -> EnvContractError
     which = f" for action head {head}" if num_heads > 1 else ""
     return EnvContractError(
         f"{place}: the action mask allows no action{which} (a waiting agent still needs one "
-        "legal action, e.g. a no-op, with info['is_active']=False)"
+        "legal action, e.g. a no-op, with info['is_active']=False; a multi-agent env resets "
+        "itself on the step that ends an episode, and returns the next one's observations)"
     )
 
 

@@ -38,6 +38,7 @@ class EnvEntry:
     # feature-set name -> factory, oldest first; the last is the default for new runs
     obs_features: Optional[dict[str, MakeObsFeatures]] = None
     symmetry: Optional[MakeSymmetry] = None
+    builtin: bool = False  # registered by the built-in `envs` package (a new process has it)
 
 
 _REGISTRY: dict[str, EnvEntry] = {}
@@ -113,6 +114,7 @@ def register_env(
         make_batch_func,
         dict(obs_features) if obs_features is not None else None,
         symmetry,
+        builtin=bool(_BUILTINS["loading"]),
     )
 
 
@@ -166,6 +168,22 @@ def _is_gym_id(name: str) -> bool:
     import gymnasium
 
     return name in gymnasium.envs.registry
+
+
+def known_to_new_processes(name: str) -> bool:
+    """Whether a command started anew (`rl-pbt-enjoy --env=NAME`) can make env `name`: a
+    built-in, or a gymnasium id gymnasium registers itself; not an env a script registered
+    (with `register_env`, the PettingZoo adapters or `gymnasium.register`)."""
+    entry = _entry(name)
+    if entry is not None:
+        return entry.builtin
+    import gymnasium
+
+    spec = gymnasium.envs.registry.get(name)
+    if spec is None:
+        return False
+    point = spec.entry_point
+    return isinstance(point, str) and point.split(":")[0].split(".")[0] == "gymnasium"
 
 
 def registered_envs() -> list[str]:

@@ -108,8 +108,18 @@ def conv_encoder(
             f"{', '.join(CONV_ARCHITECTURES)}"
         )
     net = CONV_ARCHITECTURES[architecture](shape[0], act)
-    with torch.no_grad():
-        out = net(torch.zeros(1, *shape)).shape[1]
+    try:
+        with torch.no_grad():
+            out = net(torch.zeros(1, *shape)).shape[1]
+    except RuntimeError as e:  # a kernel larger than what is left of the image
+        if "size" not in str(e).lower():
+            raise
+        raise ValueError(
+            f"--encoder_conv_architecture={architecture}: an image observation of shape "
+            f"{tuple(shape)} (channels, height, width) is too small for its kernels and "
+            "strides; for small images or boards use --encoder_conv_architecture=convnet_board "
+            "(3x3 kernels that keep the size)"
+        ) from None
     return net, out
 
 

@@ -69,6 +69,18 @@ def run_env_problem(exp_dir: str, env_name: str, command: str) -> Optional[str]:
     )
 
 
+def given_env_problem(env_name: str, command: str) -> Optional[str]:
+    """None when env `env_name` (given with --env to `command`, e.g. "launch.enjoy") can be
+    made here; else the unknown-env line and how to make an env of one's own known."""
+    if is_known_env(env_name):
+        return None
+    return (
+        f"{unknown_env_message(env_name)}; an env of your own must be registered first: call "
+        f"register_env({env_name!r}, ...) (or import the module that does) in a script that "
+        f"then runs {command}.main([...])"
+    )
+
+
 def checkpoint_misfit(exp_dir: str, policy_id: int, error: BaseException) -> str:
     """The line for a checkpoint whose weights do not fit the network its own run's
     config.json describes (played in the run's env, so not another env's observations)."""

@@ -82,7 +82,10 @@ def obs_to_dict(space: gym.Space, obs) -> dict:
         return obs
     if isinstance(space, gym.spaces.Discrete):
         one_hot = np.zeros(int(space.n), np.float32)
-        one_hot[int(obs)] = 1.0
+        index = int(obs) - int(space.start)  # Discrete(n, start=s) holds s .. s + n - 1
+        if not 0 <= index < len(one_hot):
+            raise IndexError(f"{int(obs)} is not in {space}")
+        one_hot[index] = 1.0
         return {"obs": one_hot}
     return {"obs": obs}
 

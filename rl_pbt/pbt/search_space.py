@@ -6,11 +6,12 @@ Used by explore.py (how a value may move), manager.py (what is tuned) and lineag
 from __future__ import annotations
 
 import math
+import os
 import re
 from dataclasses import dataclass, replace
 from typing import Any, Mapping, Optional
 
-from rl_pbt.logging.files import load_user_json
+from rl_pbt.logging.files import load_user_json, policy_shaping_path, read_json
 
 KINDS = ("float", "log_float", "int", "categorical")
 SHAPING_PREFIX = "rew"
@@ -323,3 +324,19 @@ def diff_values(old: Mapping[str, Any], new: Mapping[str, Any]) -> dict[str, lis
         if a != b:
             changes[key] = [a, b]
     return changes
+
+
+def saved_member_shaping(exp_dir: str, policy_id: int, default: Optional[dict]) -> Optional[dict]:
+    """The reward shaping PBT last gave member `policy_id` of the run in `exp_dir` (its
+    policy file), on the env's `default` (tuples stay tuples; leaves the env no longer has are
+    left out); None without such a file, or when it cannot be read."""
+    path = policy_shaping_path(exp_dir, policy_id)
+    if default is None or not os.path.isfile(path):
+        return None
+    try:
+        saved = flatten_shaping(read_json(path))
+    except (OSError, ValueError, TypeError, AttributeError):
+        return None
+    flat = flatten_shaping(default)
+    flat.update({k: v for k, v in saved.items() if k in flat})
+    return unflatten_shaping(flat, default)

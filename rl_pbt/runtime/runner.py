@@ -43,7 +43,7 @@ from rl_pbt.config.policy_values import (
     split_values,
 )
 from rl_pbt.envs.contract import EnvContractError
-from rl_pbt.envs.registry import make_env, registry_snapshot
+from rl_pbt.envs.registry import known_to_new_processes, make_env, registry_snapshot
 from rl_pbt.envs.scripted import make_scripted, scripted_snapshot
 from rl_pbt.envs.wrappers import as_multiagent, reward_shaping_target
 from rl_pbt.learning.checkpoints import (
@@ -61,7 +61,6 @@ from rl_pbt.logging.files import (
     checkpoint_dir,
     experiment_name_problem,
     is_inside,
-    policy_shaping_path,
     read_json,
     read_run_config,
 )
@@ -71,7 +70,7 @@ from rl_pbt.memory.buffers import TrajectoryBuffers, num_slots_needed
 from rl_pbt.memory.param_store import ParamStore
 from rl_pbt.memory.slots import SlotPool
 from rl_pbt.models.actor_critic import make_actor_critic
-from rl_pbt.pbt.search_space import flatten_shaping, unflatten_shaping
+from rl_pbt.pbt.search_space import flatten_shaping, saved_member_shaping, unflatten_shaping
 from rl_pbt.runtime import heartbeat as hb
 from rl_pbt.runtime import serial_state
 from rl_pbt.runtime.control import (
@@ -727,24 +726,13 @@ class Runner:
         if self.pbt is not None:
             return self.pbt.shaping[p]
         shaping_flat = split_values(self.policy_values[p])[1] if self.policy_values else {}
-        base = self._shaping_pbt_left(p)
-        if not shaping_flat and base is None:
-            return self.default_shaping
-        flat = {**flatten_shaping(self.default_shaping), **(base or {}), **shaping_flat}
-        return unflatten_shaping(flat, self.default_shaping)
-
-    def _shaping_pbt_left(self, p: int) -> Optional[dict]:
-        """The flat shaping an earlier PBT run wrote for policy p (its policy file), when this
-        run resumes it; only the leaves the env's shaping still has."""
-        path = policy_shaping_path(self.exp_dir, p)
-        if not self.resuming or self.default_shaping is None or not os.path.isfile(path):
-            return None
-        try:
-            saved = flatten_shaping(read_json(path))
-        except (OSError, ValueError, TypeError, AttributeError):
-            return None
-        known = flatten_shaping(self.default_shaping)
-        return {k: v for k, v in saved.items() if k in known}
+        base = None
+        if self.resuming:
+            base = saved_member_shaping(self.exp_dir, p, self.default_shaping)
+        base = base or self.default_shaping
+        if not shaping_flat:
+            return base
+        return unflatten_shaping({**flatten_shaping(base), **shaping_flat}, self.default_shaping)
 
     def run(self) -> int:
         # the stop sets its own handlers: a caller's (a script training twice) come back after
@@ -840,12 +828,9 @@ class Runner:
         return status
 
     def _own_env(self) -> bool:
-        """The env was registered by the user's code (not a built-in, not a gymnasium id)."""
-        entry = self.registry.get(self.cfg.env)
-        if entry is None:
-            return False
-        module = getattr(entry.make_env, "__module__", "") or ""
-        return module.split(".")[0] not in ("envs", "rl_pbt")
+        """The env was registered by the user's code (not a built-in, not one of gymnasium's
+        own ids): a command started anew would not know it."""
+        return not known_to_new_processes(self.cfg.env)
 
     def _scripted_opponent(self, probe) -> Optional[str]:
         """The seat id of --pbt_target_objective=vs_scripted:NAME's player (None without one),
@@ -1687,17 +1672,21 @@ class _SignalsDeferred:
 
 
 def action_box_note(space) -> Optional[str]:
-    """A continuous action box that does not hold 0: the policy's actions start around 0
-    (std 1) and are clipped into the box, so they all start on its edge."""
+    """A continuous action box that does not hold 0 strictly inside: the policy's actions
+    start around 0 (std 1) and are clipped into the box, so they all start on its edge (half
+    of them for a box with 0 at an edge, like [0, 1])."""
     if not isinstance(space, gym.spaces.Box):
         return None
     low, high = np.asarray(space.low, float), np.asarray(space.high, float)
-    if np.all((low <= 0) & (high >= 0)):
+    if np.all((low < 0) & (high > 0)):
         return None
+    edge = np.all((low <= 0) & (high >= 0))
     return (
-        f"the action box [{low.min():g}, {high.max():g}] does not hold 0, where the policy's "
-        "actions start (std 1): clipped into the box they all start on its edge; rescale the "
-        "actions in the env (e.g. to [-1, 1])"
+        f"the action box [{low.min():g}, {high.max():g}] "
+        + ("has 0 at an edge" if edge else "does not hold 0")
+        + ", where the policy's actions start (std 1): clipped into the box, "
+        + ("half of them start" if edge else "they all start")
+        + " on its edge; rescale the actions in the env (e.g. to [-1, 1])"
     )
 
 

@@ -14,7 +14,7 @@ from envs.pettingzoo_adapter import (
     register_pettingzoo_env,
 )
 from rl_pbt.envs.interfaces import is_multiagent_env
-from rl_pbt.envs.registry import make_env
+from rl_pbt.envs.registry import known_to_new_processes, make_env
 
 
 class ScriptedParallelEnv:
@@ -163,6 +163,25 @@ def test_register_pettingzoo_env():
     assert isinstance(env, PettingZooParallelAdapter) and env.env.horizon == 4
     factory = pickle.loads(pickle.dumps(PettingZooFactory(_scripted, {"horizon": 2})))
     assert factory("x", None, {"env_id": 0}).env.horizon == 2
+    # a command started anew knows nothing of it: the end of a run gives in-script calls
+    assert not known_to_new_processes("test_scripted_parallel")
+
+
+def test_which_envs_a_new_process_knows():
+    """The end of a run prints shell commands only for envs a new process can make."""
+    import gymnasium
+
+    from rl_pbt import register_env
+
+    assert known_to_new_processes("arena_duel") and known_to_new_processes("connect_four")
+    assert known_to_new_processes("CartPole-v1")
+    register_env("test_own_env", lambda *a, **k: _scripted())
+    gymnasium.register("TestOwnGymId-v0", entry_point=lambda **k: None)
+    gymnasium.register("TestOwnGymIdByName-v0", entry_point="my_package.envs:MyEnv")
+    for name in ("test_own_env", "TestOwnGymId-v0", "TestOwnGymIdByName-v0", "no_such_env"):
+        assert not known_to_new_processes(name), name
+    for name in ("TestOwnGymId-v0", "TestOwnGymIdByName-v0"):
+        del gymnasium.envs.registry[name]
 
 
 @pytest.mark.filterwarnings("ignore::DeprecationWarning")

@@ -85,6 +85,18 @@ def test_an_action_box_away_from_zero_is_named(tmp_path, capsys):
     assert "WARNING: the action box [10, 20] does not hold 0" in out
 
 
+def test_action_boxes_that_hold_zero_only_at_an_edge_are_named():
+    from gymnasium.spaces import Box
+
+    from rl_pbt.runtime.runner import action_box_note
+
+    note = action_box_note(Box(0.0, 1.0, (2,)))
+    assert "[0, 1] has 0 at an edge" in note and "half of them" in note
+    assert "does not hold 0" in action_box_note(Box(0.5, 1.0, (2,)))
+    assert action_box_note(Box(-1.0, 1.0, (2,))) is None
+    assert action_box_note(Box(-0.1, 3.0, (1,))) is None
+
+
 def test_a_resume_after_the_env_changed_its_spaces_is_refused(tmp_path):
     assert train(cfg_for(tmp_path, "vec4", "--train_for_env_steps=64")) == 0
     config = tmp_path / "vec4" / "config.json"

@@ -248,6 +248,15 @@ def test_config_naming_an_unregistered_env(copy_of, capsys):
     assert "--env='NoSuch-v9'" not in line and "--env=NoSuch-v9" not in line
 
 
+def test_an_unregistered_env_given_with_env_says_to_register_it(runs, capsys):
+    """The command a run of one's own env printed with --env (or a hand-typed one): the line
+    says how to register the env first, as without --env."""
+    words = ["--env='my_env'", "unknown env", "register_env('my_env', ...)"]
+    argv = [f"--train_dir={runs}", "--experiment=c4", "--env=my_env"]
+    fails(capsys, enjoy.main, argv, *words, "launch.enjoy.main")
+    fails(capsys, match.main, argv + ["--players", "p0", "p1"], *words, "launch.match.main")
+
+
 def test_replay_of_a_run_on_an_unregistered_env_says_to_register_it(copy_of, capsys):
     td = copy_of("pbt")
     config = td / "pbt" / "config.json"
