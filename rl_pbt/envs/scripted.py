@@ -16,6 +16,7 @@ from __future__ import annotations
 import inspect
 from typing import Any, Callable, Optional
 
+import gymnasium as gym
 import numpy as np
 
 from rl_pbt.models.obs import MASK_KEY
@@ -35,9 +36,15 @@ class RandomActor:
         self.rng = np.random.default_rng(seed)
 
     def act(self, obs):
-        if isinstance(obs, dict) and MASK_KEY in obs and hasattr(self.space, "n"):
-            legal = np.flatnonzero(np.asarray(obs[MASK_KEY]) > 0)
-            return int(self.rng.choice(legal))
+        if not (isinstance(obs, dict) and MASK_KEY in obs):
+            return self.space.sample()
+        mask = np.asarray(obs[MASK_KEY]).reshape(-1) > 0
+        if hasattr(self.space, "n"):
+            return int(self.rng.choice(np.flatnonzero(mask)))
+        if isinstance(self.space, gym.spaces.MultiDiscrete):  # one slice of the mask per head
+            heads = np.split(mask, np.cumsum(self.space.nvec.reshape(-1))[:-1])
+            picks = [self.rng.choice(np.flatnonzero(h)) for h in heads]
+            return np.asarray(picks, dtype=self.space.dtype).reshape(self.space.shape)
         return self.space.sample()
 
     def reset(self) -> None:

@@ -1306,7 +1306,9 @@ class Runner:
         if self.control is not None:
             self._serve_control()
         if self.use_snapshots:
-            self._snapshot_step()
+            self._snapshot_step()  # which sends the ratings too
+        elif self.cfg.matchmaking == "elo" and self.num_agents > 1:
+            self._send_ratings()  # the workers draw opponents by them
         self._maybe_save_elo()
         done = min(self.env_steps) >= self.cfg.train_for_env_steps
         if self.control is not None and self.control.stop_requested:
@@ -1519,6 +1521,7 @@ class Runner:
         """Freeze a copy of each policy every --selfplay_snapshot_every_env_steps into a row
         of the param store; workers are told once the learner confirms it is written."""
         evicted_any = False
+        taken = []
         for p in range(self.num_policies):
             if self.env_steps[p] - self.last_snapshot_steps[p] < (
                 self.cfg.selfplay_snapshot_every_env_steps
@@ -1526,10 +1529,16 @@ class Runner:
                 continue
             self.last_snapshot_steps[p] = self.env_steps[p]
             sid = snapshot_id(p, self.env_steps[p])
-            row, evicted = self._pool_row(sid)
+            _, evicted = self._pool_row(sid)
             evicted_any |= evicted
             self.elo.set_rating(sid, self.elo.rating(p))
-            self.learner_queues[p].put(PublishSnapshot(p, row, sid))
+            taken.append((p, sid))
+        # more snapshots at once than the pool holds: the first ones are evicted by the last,
+        # whose rows they had; only those still in the pool are written (two learners writing
+        # one row would leave either's weights under the other's name)
+        for p, sid in taken:
+            if sid in self.snapshot_row_of:
+                self.learner_queues[p].put(PublishSnapshot(p, self.snapshot_row_of[sid], sid))
         if evicted_any:
             self._broadcast_snapshots()
         if self.cfg.matchmaking == "elo":

@@ -157,3 +157,31 @@ def test_snapshots_need_a_multiagent_env(tmp_path, capsys):
     err = capsys.readouterr().err
     assert "--selfplay_snapshot_prob=0.25" in err and "--env=lure has one agent" in err
     assert list(tmp_path.iterdir()) == []  # stopped before anything was written
+
+
+def test_elo_matchmaking_without_snapshots_draws_by_the_ratings(tmp_path, monkeypatch):
+    """--matchmaking=elo alone: the rollout workers get the ratings as they move (they were
+    sent only along with snapshots, so every member stayed at the starting rating there and
+    opponents were drawn uniformly)."""
+    import envs  # noqa: F401
+    from rl_pbt.sampling import matchmaking
+
+    seen = set()
+    draw = matchmaking.EloMatchmaker.opponent_probs
+
+    def recording(self, first):
+        seen.add(tuple(round(self.ratings.rating(k), 3) for k in range(self.num_policies)))
+        return draw(self, first)
+
+    monkeypatch.setattr(matchmaking.EloMatchmaker, "opponent_probs", recording)
+    cfg = parse_cfg(
+        ["--env=arena_duel", "--num_policies=3", "--serial_mode", "--num_workers=1",
+         "--num_envs_per_worker=4", "--rollout=16", "--batch_size=128",
+         "--encoder_mlp_layers", "32", "--matchmaking=elo", "--train_for_env_steps=6000",
+         f"--train_dir={tmp_path}", "--experiment=elo", "--seed=1", "--status_interval=30"]
+    )  # fmt: skip
+    assert train(cfg) == 0
+    with open(os.path.join(tmp_path, "elo", "elo.json")) as f:
+        rated = {str(e[0]): e[1] for e in json.load(f)["entries"]}
+    assert len(set(rated.values())) > 1  # the run's ratings moved apart
+    assert any(len(set(r)) > 1 for r in seen), seen  # and the workers drew by such ratings

@@ -4,6 +4,7 @@ rating fit, and the errors of match and enjoy for a newcomer's commands."""
 import os
 import random
 
+import gymnasium as gym
 import numpy as np
 import pytest
 import torch
@@ -232,3 +233,20 @@ def test_enjoy_takes_the_env_from_the_run(tmp_path, capsys):
     assert "--env=arena_2v2" in err and "arena_duel" in err
     assert enjoy.main([f"--train_dir={tmp_path}", "--experiment=nope"]) == 2
     assert "config.json" in one_line_error(capsys)
+
+
+def test_random_player_keeps_to_the_mask_of_every_head():
+    """`random` plays uniformly over the legal actions, with one slice of the mask per head of
+    a MultiDiscrete too (it sampled the whole space there)."""
+    from rl_pbt.envs.scripted import RandomActor
+
+    space = gym.spaces.MultiDiscrete([3, 2])
+    actor = RandomActor(space, seed=0)
+    mask = np.array([0, 1, 1, 1, 0], np.int8)  # head 0: 1 or 2; head 1: 0
+    picks = np.array([actor.act({"observation": np.zeros(2), "action_mask": mask})
+                      for _ in range(300)])  # fmt: skip
+    assert picks.shape == (300, 2) and set(picks[:, 1]) == {0}
+    assert set(picks[:, 0]) == {1, 2}  # both legal ones, never the masked 0
+    discrete = RandomActor(gym.spaces.Discrete(4), seed=0)
+    legal = {discrete.act({"action_mask": np.array([0, 0, 1, 1])}) for _ in range(100)}
+    assert legal == {2, 3}
