@@ -508,7 +508,15 @@ FLAGS: list[Flag] = [
     Flag(
         "ppo_clip_value", float, 1.0, "value clip around the old value", positive, group="learning"
     ),
-    Flag("value_loss_coeff", float, 0.5, "value loss weight", non_negative, group="learning"),
+    Flag(
+        "value_loss_coeff",
+        float,
+        0.5,
+        "weight of the value loss, the mean squared error of the (clipped) values, as in "
+        "Sample Factory",
+        non_negative,
+        group="learning",
+    ),
     Flag(
         "exploration_loss_coeff",
         float,

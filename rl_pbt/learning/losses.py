@@ -79,7 +79,8 @@ def clipped_value_loss(
     clip_value: float,
     mask: Tensor,
 ) -> Tensor:
-    """0.5 * max((v - t)^2, (v_old + clip(v - v_old, -c, c) - t)^2), averaged over valid entries."""
+    """max((v - t)^2, (v_old + clip(v - v_old, -c, c) - t)^2), averaged over valid entries (no
+    factor 0.5: --value_loss_coeff weighs the squared error itself, as in Sample Factory)."""
     valid = _valid(mask, values_new)
     if values_old.shape != values_new.shape or targets.shape != values_new.shape:
         raise ValueError("values_new, values_old and targets must share one shape")
@@ -89,7 +90,7 @@ def clipped_value_loss(
 
     v_clipped = v_old + torch.clamp(v_new - v_old, -clip_value, clip_value)
     err = torch.maximum((v_new - tgt) ** 2, (v_clipped - tgt) ** 2)
-    return 0.5 * _masked_mean_valid(err, valid)
+    return _masked_mean_valid(err, valid)
 
 
 def entropy_loss(entropy: Tensor, mask: Tensor) -> Tensor:

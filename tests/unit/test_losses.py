@@ -169,7 +169,7 @@ def _value_loss_reference(v_new, v_old, targets, clip, mask):
         if m <= 0:
             continue
         clipped = vo + min(max(vn - vo, -clip), clip)
-        total += 0.5 * max((vn - t) ** 2, (clipped - t) ** 2)
+        total += max((vn - t) ** 2, (clipped - t) ** 2)  # no 0.5, as in Sample Factory
         count += 1
     return total / max(count, 1)
 
@@ -200,12 +200,12 @@ def test_clipped_value_loss_uses_the_larger_error() -> None:
     loss = clipped_value_loss(
         torch.tensor([1.0]), torch.tensor([0.0]), torch.tensor([2.0]), 0.2, torch.ones(1)
     )
-    assert loss.item() == pytest.approx(0.5 * 1.8**2)
+    assert loss.item() == pytest.approx(1.8**2)
     # v moved from 0 to 1 past target 0.5: unclipped error 0.5 beats clipped error 0.3.
     loss = clipped_value_loss(
         torch.tensor([1.0]), torch.tensor([0.0]), torch.tensor([0.5]), 0.2, torch.ones(1)
     )
-    assert loss.item() == pytest.approx(0.5 * 0.5**2)
+    assert loss.item() == pytest.approx(0.5**2)
 
 
 @pytest.mark.parametrize("seed", [0, 1])
