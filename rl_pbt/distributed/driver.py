@@ -186,6 +186,7 @@ class PopulationDriver:
         self.restarts: list[dict[str, Any]] = before.get("group_restarts", [])
         self._resuming: dict[int, dict[str, Any]] = {}  # group -> its restart record
         self.recent: list[list[float]] = _recent_objectives(self.exp_dir, cfg.num_policies)
+        self.recent_are_returns = [False] * cfg.num_policies  # the env gives no objective
         self.writers: dict[int, Any] = {}  # member -> its TensorBoard writer
         # the population's scalar log and summary.json (global ids; each group keeps its own
         # under groups/gK with its local ids): what rl-pbt-report reads
@@ -221,6 +222,13 @@ class PopulationDriver:
         self.polling: dict[int, tuple[Any, float]] = {}  # group -> (its pending poll, asked at)
         self.last_poll: dict[int, dict] = {}  # group -> its last answer
         self.silent_noted: dict[int, float] = {}  # group -> when its silence was last logged
+        # --with_wandb: the population's scalars and PBT events, as a run on one machine logs
+        # them (node groups log nothing there of their own)
+        self.wandb = None
+        if cfg.with_wandb:
+            from rl_pbt.logging.wandb_log import WandbSink
+
+            self.wandb = WandbSink(cfg, self.exp_dir, cfg.num_policies)
 
     def _make_pbt(self):
         from rl_pbt.config.policy_values import load_policy_values
@@ -380,6 +388,8 @@ class PopulationDriver:
             for w in self.writers.values():
                 w.close()
             self.scalars.close()
+            if self.wandb is not None:
+                self.wandb.close()
             self.run_lock.release()
             for a in self.actors:
                 ray.kill(a, no_restart=True)
@@ -576,9 +586,10 @@ class PopulationDriver:
             self._fetch(g, int(m), name)
         for m, steps in enumerate(poll["env_steps"]):
             self.env_steps[ids[m]] = max(self.env_steps[ids[m]], int(steps))
-        for m, objective in poll["episodes"]:
+        for m, objective, *is_return in poll["episodes"]:
             gid = ids[m]
             self.recent[gid] = (self.recent[gid] + [objective])[-100:]
+            self.recent_are_returns[gid] = bool(is_return and is_return[0])
             if self.pbt is not None and self.rank_on in ("episodes", "elo"):
                 self.pbt.record_episode(gid, objective)
         for team_a, team_b, score in poll["matches"]:
@@ -814,6 +825,9 @@ class PopulationDriver:
                 log(f"PBT: the decision for p{d.policy_id} was not carried out: {_first_line(e)}")
                 self._failed_copies += 1
             log(d.log_line)
+            if self.wandb is not None:
+                steps = self.env_steps[d.policy_id]
+                self.wandb.log_pbt_event(d.policy_id, d.source_id, steps, d.log_line)
 
     def _copy_across(self, d, target: Member) -> None:
         import ray
@@ -885,6 +899,7 @@ class PopulationDriver:
             from tensorboardX import SummaryWriter
         except ImportError:  # a core dependency; the guard keeps a broken install running
             return
+        rows: dict[int, tuple[int, dict[str, float]]] = {}  # new rows of the scalar log
         for gid in range(self.cfg.num_policies):
             w = self.writers.get(gid)
             if w is None:
@@ -898,8 +913,11 @@ class PopulationDriver:
                 w.add_scalar("population/elo", self.elo.rating(gid), steps)
             w.flush()
             if steps > self._rows_at.get(gid, 0):
-                self.scalars.write(gid, steps, time.time(), self._scalars_of(gid))
+                rows[gid] = (steps, self._scalars_of(gid))
+                self.scalars.write(gid, steps, time.time(), rows[gid][1])
                 self._rows_at[gid] = steps
+        if rows and self.wandb is not None:
+            self.wandb.log_scalars(rows)
         if len(self.elo) and self.rates_games:
             atomic_write_json(self._elo_path(), self.elo.to_dict())
         atomic_write_json(os.path.join(self.exp_dir, "summary.json"), self._summary())
@@ -907,8 +925,9 @@ class PopulationDriver:
     def _scalars_of(self, gid: int) -> dict[str, float]:
         """A member's row of the population's scalar log, under the tags a run's log uses."""
         out = {"population/node_group": float(self.member[gid].group)}
-        if self.recent[gid]:
-            out["episode/true_objective"] = float(np.mean(self.recent[gid]))
+        if self.recent[gid]:  # an env without true_objective: its returns, under their tag
+            tag = "episode/reward" if self.recent_are_returns[gid] else "episode/true_objective"
+            out[tag] = float(np.mean(self.recent[gid]))
         ranked = self.pbt.objectives().get(gid) if self.pbt is not None else None
         if ranked is not None:
             out["pbt/objective"] = float(ranked)

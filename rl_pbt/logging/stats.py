@@ -147,7 +147,7 @@ class PopulationStats:
         self.pbt_last = (progress.pbt_event_text(p, src), time.time())
         w = self._writer(p)
         if w is not None:
-            w.add_text("pbt", decision.log_line, self.episodes_total[p])
+            w.add_text("pbt", decision.log_line, self.env_steps[p])  # the scalars' x axis
         if self.wandb is not None:
             self.wandb.log_pbt_event(p, src, self.env_steps[p], decision.log_line)
 

@@ -91,7 +91,8 @@ class Reply:
 class Records:
     """What a group saw since the last `take_records()`."""
 
-    episodes: list[tuple[int, float]] = field(default_factory=list)  # (policy, objective)
+    # (policy, objective, whether it is the episode's return: the env gives no objective)
+    episodes: list[tuple[int, float, bool]] = field(default_factory=list)
     # (policy, seconds from the decision to the first update after the copy, across groups)
     copy_latencies: list[tuple[int, float, bool]] = field(default_factory=list)
     snapshots: list[tuple[str, int, int]] = field(default_factory=list)  # (id, policy, steps)
@@ -134,9 +135,9 @@ class GroupControl:
             except queue.Empty:
                 return out
 
-    def record_episode(self, policy: int, objective: float) -> None:
+    def record_episode(self, policy: int, objective: float, is_return: bool = False) -> None:
         with self._lock:
-            self._records.episodes.append((policy, float(objective)))
+            self._records.episodes.append((policy, float(objective), bool(is_return)))
 
     def record_copy_latency(self, policy: int, seconds: float) -> None:
         across = policy in self.imported

@@ -537,7 +537,12 @@ class Runner:
             if os.path.isfile(self._elo_path())
             else EloRatings()
         )
-        self.cross_play = CrossPlay(cfg.num_policies)
+        cross_play = os.path.join(self.exp_dir, "cross_play.json")
+        try:  # a resume goes on with the table (it started anew and overwrote the file)
+            saved = read_json(cross_play, {}) if self.resuming else {}
+        except (OSError, ValueError):
+            saved = {}
+        self.cross_play = CrossPlay.from_dict(saved, cfg.num_policies)
         if self.num_agents > 1:
             self.stats.elo = self.elo  # each member's rating joins its logged scalars
         self._elo_saved_at = time.time()
@@ -1342,8 +1347,8 @@ class Runner:
                     ranked = self.pbt_on_episodes or self.control is not None
                     if not ranked or not isinstance(ep.policy_id, int):
                         continue
-                    objective = ep.objective
-                    if objective is None:
+                    objective, is_return = ep.objective, ep.objective is None
+                    if is_return:
                         if self.pbt_on_episodes:
                             self.stats.warn_no_objective(ep.policy_id)
                         objective = ep.episode_return
@@ -1352,7 +1357,7 @@ class Runner:
                     if self.pbt_on_episodes:
                         self.pbt.record_episode(ep.policy_id, objective)
                     if self.control is not None:  # ranked by the population's driver
-                        self.control.record_episode(ep.policy_id, objective)
+                        self.control.record_episode(ep.policy_id, objective, is_return)
                 for match in msg.matches:
                     if any(is_snapshot(s) and s not in self.snapshot_row_of for s in match.seats):
                         continue  # played against a snapshot since evicted from the pool
@@ -1365,9 +1370,9 @@ class Runner:
                         if isinstance(s, int)
                     )
                     for team_a, team_b, score in matches:
-                        self.cross_play.record(team_a, team_b, score)
                         if not rated:
                             continue
+                        self.cross_play.record(team_a, team_b, score)
                         self.elo.record_match(team_a, team_b, score)
                         if self.control is not None:  # rated by the population's driver too
                             self.control.record_match(team_a, team_b, score)
@@ -1399,6 +1404,7 @@ class Runner:
                     source = self.copying.pop(msg.policy_id, None)
                     if source is not None:
                         self.elo.set_rating(msg.policy_id, self.elo.rating(source))
+                    self.cross_play.forget(msg.policy_id)  # its games were the old weights'
                     self.copied_version[msg.policy_id] = int(msg.data["version"])
                 if msg.kind == "copy_trained" and msg.data["decided"] is not None:
                     decided = msg.data["decided"]  # that copy's own decision

@@ -242,6 +242,33 @@ class CrossPlay:
             games[a][b] = games[b][a] = len(scores)
         return rate, games
 
+    def forget(self, member: int) -> None:
+        """A PBT copy replaced `member`'s weights: its games so far were another player's."""
+        for pair in [pair for pair in self._scores if member in pair]:
+            del self._scores[pair]
+
     def to_dict(self) -> dict:
         rate, games = self.matrix()
-        return {"players": [f"p{p}" for p in range(self.n)], "win_rate": rate, "games": games}
+        scores = {f"{a},{b}": list(s) for (a, b), s in sorted(self._scores.items()) if s}
+        return {
+            "players": [f"p{p}" for p in range(self.n)],
+            "win_rate": rate,
+            "games": games,
+            "scores": scores,  # the recent results of each pair (row member's), for a resume
+        }
+
+    @classmethod
+    def from_dict(cls, data: dict, num_policies: int, window: int = 200) -> CrossPlay:
+        """The table a run saved (`to_dict`), to go on with at a resume; pairs beyond
+        `num_policies` and malformed entries are left out."""
+        table = cls(num_policies, window)
+        scores = data.get("scores") if isinstance(data, dict) else None
+        for key, values in (scores if isinstance(scores, dict) else {}).items():
+            try:
+                a, b = (int(x) for x in str(key).split(","))
+                kept = [float(v) for v in values][-window:]
+            except (TypeError, ValueError):
+                continue
+            if 0 <= a < b < num_policies and kept:
+                table._scores[(a, b)] = collections.deque(kept, maxlen=window)
+        return table

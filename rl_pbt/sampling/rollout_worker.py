@@ -528,7 +528,9 @@ class RolloutWorker(ServerActing):
         if trains.any():
             versions = self.model_version[policy_rows[trains]]
             idx = np.flatnonzero(trains)
-            first = self.ep_len[idx] == 0
+            # an episode's weights: those of the agent's first action in it (a waiting seat's
+            # row is not read again, so its version may be older than the weights that act)
+            first = (self.ep_version[idx] < 0) & acts[idx]
             self.ep_version[idx[first]] = versions[first]
             self._write_step(idx, policy_rows, actions, logp, values, h_before, versions, acts)
         return actions
@@ -794,6 +796,7 @@ class RolloutWorker(ServerActing):
                     self.episodes.append(self._episode_stats(i, infos[a] if infos else {}, e, a))
                 self.ep_return[i] = 0.0
                 self.ep_len[i] = 0
+        ended = base + np.flatnonzero(dones[off : off + n])
         if dones[off : off + n].all():
             if n > 1:
                 key = self.target_key
@@ -808,6 +811,8 @@ class RolloutWorker(ServerActing):
                         ],
                     )
                 )
+        self.ep_version[ended] = -1  # the next episode's: set at the agent's first action
+        if dones[off : off + n].all():
             old_seats = self.seat[base : base + n]
             self._assign_seats(e)
             for a in range(n):

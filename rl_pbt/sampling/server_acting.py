@@ -34,6 +34,7 @@ class ServerActing:
         io, w = plan.io, self.idx
         self.cur_obs = {k: io.obs[k][w].numpy() for k in self.obs_keys}
         self.h = io.h[w]  # the server replaces each served actor's state with the next one
+        self.h.zero_()  # a restarted worker's row holds its predecessor's states
         self.h_before = torch.zeros_like(self.h)
         self.io_rows = io.rows[w].numpy()
         self.io_out = (
@@ -119,6 +120,8 @@ class ServerActing:
         self._notice_served_copies(policy_rows[served], versions[served])
         self._notice_unseated_copies(policy_rows[idx])
         self._fill_skipped(skip, actions, logp, values, lo)
+        first = served[self.ep_version[served] < 0]  # the episode's first action: its weights
+        self.ep_version[first] = versions[first]
         if idx.size:
             acts = np.zeros(self.num_actors, dtype=bool)
             acts[served] = True

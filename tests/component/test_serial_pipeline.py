@@ -8,7 +8,7 @@ import pytest
 from rl_pbt import parse_cfg, register_env
 from rl_pbt.learning.learner import Learner
 from rl_pbt.learning.learner_process import LearnerHost
-from rl_pbt.runtime.messages import SetRewardShaping, drain
+from rl_pbt.runtime.messages import SetRewardShaping, WorkerReport, drain
 from rl_pbt.runtime.runner import Runner, _MergedQueue
 from tests.scripted_envs import TaggedBatch, TaggedMultiAgentEnv
 
@@ -146,6 +146,12 @@ def test_every_sample_reaches_the_learner_of_its_own_policy(tmp_path, env, infer
             in_flight[p] += sum(t for _, t in parked)
     for p in emitted:
         assert emitted[p] == counts[p] + in_flight[p], (p, emitted, counts, in_flight)
+    # every episode names the weights it began on, as PBT and Elo read them (with the
+    # inference server they were all -1, "unknown", so games of replaced weights counted)
+    reports = [m for m in drain(runner.report_queue) if isinstance(m, WorkerReport)]
+    versions = [ep.policy_version for r in reports for ep in r.episodes]
+    versions += [v for r in reports for match in r.matches for v in match.versions]
+    assert len(versions) > 20 and min(versions) >= 0 and max(versions) > 0, versions
 
 
 def test_learner_trains_and_publishes_new_versions(tmp_path):
@@ -231,3 +237,20 @@ def test_pbt_members_start_from_policy_values(tmp_path):
     runner._initial_messages()
     host.poll(timeout=0.0)
     assert host.learners[1].hp["learning_rate"] == 0.002
+
+
+def test_a_rollout_worker_built_again_starts_from_zero_rnn_states(tmp_path):
+    """With the inference server, a worker's RNN states live in a shared row that outlives it:
+    one built again in its place (a restart) starts its episodes from zero states, as local
+    acting does, not from its predecessor's."""
+    ENVS.clear()
+    cfg, runner, host, workers, _, _ = build(
+        tmp_path, extra=["--inference=device", "--use_rnn", "--rnn_size=8"]
+    )
+    for _ in range(30):
+        for worker in workers:
+            worker.step()
+        host.poll(timeout=0.0)
+    assert workers[0].h.abs().sum() > 0
+    again = runner._worker_factory(0, lambda: False, blocking=False)
+    assert again.h.abs().sum() == 0

@@ -138,10 +138,12 @@ def test_population_over_two_nodes(cluster, tmp_path, capsys):
         for line in read(os.path.join(exp, "stats", "scalars.jsonl")).split("\n")
         if line
     ]
-    assert {r["policy"] for r in rows if "episode/true_objective" in r["scalars"]} == {0, 1, 2, 3}
+    # CartPole gives no true_objective: its returns, named so, as in a local run's log
+    assert {r["policy"] for r in rows if "episode/reward" in r["scalars"]} == {0, 1, 2, 3}
+    assert not any("episode/true_objective" in r["scalars"] for r in rows)
     # the report reads them as a local run's: a curve and a final objective per member
     run = report.load_run(exp)
-    assert sorted(report.curves_for(run.timelines, "episode/true_objective")) == [0, 1, 2, 3]
+    assert sorted(report.curves_for(run.timelines, "episode/reward")) == [0, 1, 2, 3]
     _, table, source = report.final_rows(run)
     assert len(table) == 4 and run.summary and not run.problems, (table, run.problems)
     assert all(r["objective"] is not None for r in table), table
@@ -860,4 +862,55 @@ def test_a_group_that_ended_before_its_pbt_values_came_is_not_a_problem(
     out = capsys.readouterr().out
     assert "has stopped" not in out
     assert "node group 0 did not take its PBT values: disk full" in out, out
+    driver.scalars.close()
+
+
+def test_with_wandb_the_driver_logs_the_populations_scalars_and_pbt(tmp_path, monkeypatch):
+    """--with_wandb over Ray: the driver logs each member's scalars and the PBT events (the
+    node groups log nothing to W&B; nothing was sent at all)."""
+    from types import SimpleNamespace
+
+    from rl_pbt.distributed import driver as driver_module
+    from rl_pbt.logging import wandb_log
+
+    logged, finished = [], []
+    run = SimpleNamespace(
+        id="abc123",
+        define_metric=lambda *a, **k: None,
+        log=logged.append,
+        finish=lambda: finished.append(True),
+    )
+    fake = SimpleNamespace(init=lambda **k: run, Table=lambda **k: ("table", k), Image=str)
+    monkeypatch.setattr(wandb_log, "_import_wandb", lambda: fake)
+    driver = driver_module.PopulationDriver(driver_cfg(tmp_path, "--with_pbt", "--with_wandb"))
+    driver.env_steps = [1000, 2000, 3000, 4000]
+    driver.recent = [[0.5], [0.25], [], [1.0]]
+    driver._write_summaries()
+    assert logged[-1]["p1/env_steps"] == 2000 and logged[-1]["p1/episode/true_objective"] == 0.25
+    assert logged[-1]["p3/population/node_group"] == 1.0
+    decision = SimpleNamespace(policy_id=2, source_id=0, hparams={}, shaping=None, log_line="x")
+    driver.pbt.update = lambda *a, **k: [decision]
+    driver.actors = [FakeGroup(), FakeGroup()]
+    driver._copy_across = lambda d, target: None
+    driver._pbt_step()
+    assert logged[-1] == {"p2/env_steps": 3000, "p2/pbt/copied_from": 0}
+    driver.wandb.close()
+    assert finished == [True] and logged[-1]["pbt/events"][0] == "table"
+    driver.scalars.close()
+
+
+def test_returns_of_an_env_without_objective_are_logged_as_returns(tmp_path):
+    """A group reports an episode's return where its env gives no true_objective (CartPole):
+    the population's scalar log names it a return, as a run on one machine does (it was logged
+    as the true objective, and the report titled its plot so)."""
+    from rl_pbt.distributed.driver import PopulationDriver
+
+    driver = PopulationDriver(driver_cfg(tmp_path))
+    driver.started_at[1] = 1.0
+    poll = group_poll(started_at=1.0)
+    poll["episodes"] = [(0, 21.0, True), (1, 0.5, False)]
+    driver._take_one(1, poll)
+    assert driver._scalars_of(2)["episode/reward"] == 21.0
+    assert "episode/true_objective" not in driver._scalars_of(2)
+    assert driver._scalars_of(3)["episode/true_objective"] == 0.5
     driver.scalars.close()

@@ -203,3 +203,25 @@ def test_cross_play_tallies_one_on_one_games_between_members():
     assert rate[1][2] == 0.0 and games[1][2] == 4
     assert all(rate[i][i] is None for i in range(3))
     assert cp.to_dict()["players"] == ["p0", "p1", "p2"]
+
+
+def test_cross_play_goes_on_at_a_resume_and_forgets_a_copied_member():
+    """The table is saved with each pair's recent results and restored from them (a resume
+    started an empty one and overwrote the file); a member replaced by a PBT copy loses its
+    cells (its games were the old weights')."""
+    from rl_pbt.sampling.elo import CrossPlay
+
+    cp = CrossPlay(3, window=4)
+    for score in (1.0, 0.0, 1.0):
+        cp.record((0,), (1,), score)
+    cp.record((2,), (1,), 1.0)
+    saved = json.loads(json.dumps(cp.to_dict()))
+    again = CrossPlay.from_dict(saved, 3, window=4)
+    assert again.matrix() == cp.matrix()
+    assert CrossPlay.from_dict(saved, 2, window=4).matrix()[1] == [[0, 3], [3, 0]]
+    assert CrossPlay.from_dict({"win_rate": [[None]]}, 3).matrix() == CrossPlay(3).matrix()
+    broken = {"scores": {"0,1": [1.0, "x"], "a,b": [1.0], "2,1": [1.0], "0,2": 5}}
+    assert CrossPlay.from_dict(broken, 3).matrix() == CrossPlay(3).matrix()
+    again.forget(1)
+    rate, games = again.matrix()
+    assert games == [[0, 0, 0], [0, 0, 0], [0, 0, 0]] and rate[0][1] is None

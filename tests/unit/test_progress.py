@@ -474,3 +474,22 @@ def test_a_summary_of_another_shape_is_named_and_left_out(tmp_path, capsys):
     assert stats.frames_total == 0 and stats.episodes_total == [0, 0]  # nothing half taken
     assert "summary.json of the run before not carried on" in capsys.readouterr().out
     stats.close()
+
+
+def test_a_pbt_note_in_tensorboard_sits_at_the_members_env_steps(tmp_path):
+    """TensorBoard's x axis is env steps for every scalar: a PBT note goes there too (it was
+    placed at the member's episode count, far to the left of where the copy happened)."""
+    texts = []
+
+    class TextWriter(RecordingWriter):
+        def add_text(self, tag, text, step):
+            texts.append((tag, text, step))
+
+    stats = PopulationStats(fake_cfg(), str(tmp_path / "exp"), 2)
+    stats._writer = lambda p: TextWriter()
+    for _ in range(7):
+        stats.add_episode(EpisodeStats(1, 1.0, 10, 0.5))
+    stats.status_line([5000, 3025], [3, 2], 10.0)
+    stats.pbt_event(SimpleNamespace(policy_id=1, source_id=0, log_line="PBT p1 <- p0"))
+    assert texts == [("pbt", "PBT p1 <- p0", 3025)]
+    stats.close()
