@@ -343,7 +343,12 @@ CASES = [
     Case(
         "conv_larger_than_board",
         ["--env=connect_four_planes", "--encoder_conv_architecture=convnet_simple", *ELSEWHERE],
-        ["--env=connect_four_planes", "no model", "Kernel size"],
+        [
+            "--env=connect_four_planes",
+            "no model",
+            "too small",
+            "--encoder_conv_architecture=convnet_board",
+        ],
         base=False,
     ),
     Case(
