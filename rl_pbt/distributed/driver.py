@@ -586,10 +586,10 @@ class PopulationDriver:
             self._fetch(g, int(m), name)
         for m, steps in enumerate(poll["env_steps"]):
             self.env_steps[ids[m]] = max(self.env_steps[ids[m]], int(steps))
-        for m, objective, *is_return in poll["episodes"]:
+        for m, objective, is_return in poll["episodes"]:
             gid = ids[m]
             self.recent[gid] = (self.recent[gid] + [objective])[-100:]
-            self.recent_are_returns[gid] = bool(is_return and is_return[0])
+            self.recent_are_returns[gid] = bool(is_return)
             if self.pbt is not None and self.rank_on in ("episodes", "elo"):
                 self.pbt.record_episode(gid, objective)
         for team_a, team_b, score in poll["matches"]:

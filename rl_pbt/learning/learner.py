@@ -354,7 +354,7 @@ class Learner:
         actions, old_logp = batch["actions"], batch["log_probs"]
         rewards, dones, values_raw = batch["rewards"], batch["dones"], batch["values"]
         scaled = scale_rewards(rewards, cfg.reward_scale, cfg.reward_clip)
-        late = batch.get("late_rewards")  # scaled and clipped by the rollout workers
+        late = batch.get("late_rewards")  # scaled and clipped (finite) by the rollout workers
         if late is not None:
             scaled[:, t - 1] += late
         valid = batch["valid"]
@@ -465,12 +465,7 @@ class Learner:
                 mask.sum().float(),
                 torch.where(mask, lag, 0).sum().float(),  # over what is trained on
                 torch.where(mask, returns, zero).sum().float(),
-                torch.isfinite(torch.where(mask, rewards, zero)).all().float()
-                * (
-                    1.0
-                    if late is None
-                    else torch.isfinite(torch.where(mask[:, -1], late, zero)).all()
-                ),
+                torch.isfinite(torch.where(mask, rewards, zero)).all().float(),
                 sums_finite(self._live_state(steps=False)).float(),
                 (own & ((rewards * cfg.reward_scale).abs() > cfg.reward_clip)).sum().float(),
             ]

@@ -9,7 +9,6 @@ both drive it.
 
 from __future__ import annotations
 
-import math
 import time
 from typing import Any, Callable, Optional
 
@@ -796,7 +795,6 @@ class RolloutWorker(ServerActing):
                     self.episodes.append(self._episode_stats(i, infos[a] if infos else {}, e, a))
                 self.ep_return[i] = 0.0
                 self.ep_len[i] = 0
-        ended = base + np.flatnonzero(dones[off : off + n])
         if dones[off : off + n].all():
             if n > 1:
                 key = self.target_key
@@ -811,8 +809,6 @@ class RolloutWorker(ServerActing):
                         ],
                     )
                 )
-        self.ep_version[ended] = -1  # the next episode's: set at the agent's first action
-        if dones[off : off + n].all():
             old_seats = self.seat[base : base + n]
             self._assign_seats(e)
             for a in range(n):
@@ -824,6 +820,8 @@ class RolloutWorker(ServerActing):
                         self._switch_policy(i, old_seats[a], finished)
                     else:  # a frozen snapshot's seat: nothing to close
                         self._take_slot(i)
+        # the next episode's weights: set at the agent's first action in it
+        self.ep_version[base + np.flatnonzero(dones[off : off + n])] = -1
         for a in range(n):
             i = base + a
             if self._trains(i):
@@ -884,10 +882,8 @@ class RolloutWorker(ServerActing):
         entry = self.pending_bootstrap[i]
         old = entry[0]
         if not active:
-            r *= self.reward_scale  # not finite: kept so, for the learner's check
-            self.np["late_rewards"][old] += (
-                min(max(r, -self.clip), self.clip) if math.isfinite(r) else r
-            )
+            r *= self.reward_scale  # finite: `_step_rewards` stops the run on any other
+            self.np["late_rewards"][old] += min(max(r, -self.clip), self.clip)
             if done:  # no bootstrap: any finite value (no forward pass may have given one)
                 self.np["dones"][old, self.T - 1] = 1.0
                 self.np["timeouts"][old, self.T - 1] = cut

@@ -309,7 +309,7 @@ def test_the_driver_ranks_games_of_every_group_under_global_names(tmp_path):
         "env_steps": [100, 100],
         "versions": [1, 1],
         "checkpoints": {},
-        "episodes": [(0, 0.7)],  # not a game against snapshots: not ranked
+        "episodes": [(0, 0.7, False)],  # not a game against snapshots: not ranked
         "copy_latencies": [],
         "snapshots": [],
         "matches": [

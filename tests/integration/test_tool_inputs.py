@@ -253,8 +253,12 @@ def test_an_unregistered_env_given_with_env_says_to_register_it(runs, capsys):
     says how to register the env first, as without --env."""
     words = ["--env='my_env'", "unknown env", "register_env('my_env', ...)"]
     argv = [f"--train_dir={runs}", "--experiment=c4", "--env=my_env"]
-    fails(capsys, enjoy.main, argv, *words, "launch.enjoy.main")
-    fails(capsys, match.main, argv + ["--players", "p0", "p1"], *words, "launch.match.main")
+    players = ["--players", "p0", "p1"]
+    for main, more, call in ((enjoy.main, [], "launch.enjoy.main"),
+                             (match.main, players, "launch.match.main")):  # fmt: skip
+        line = fails(capsys, main, argv + more)
+        for word in [*words, call]:
+            assert word in line, (word, line)
 
 
 def test_replay_of_a_run_on_an_unregistered_env_says_to_register_it(copy_of, capsys):
