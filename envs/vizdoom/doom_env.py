@@ -23,12 +23,14 @@ from envs.vizdoom.game import (
     render_resolution,
     resolve_settings,
     self_play_frag_variables,
+    settle_spawns,
 )
 from envs.vizdoom.processes import (
     DoomGameError,
     DoomStartError,
     doom_pids,
     forget_pids,
+    kill_orphans,
     kill_pids,
     start_slot,
     track_pids,
@@ -105,6 +107,10 @@ class DoomEnv(gym.Env, RewardShapingInterface):
     def _start(self) -> None:
         s, last_error = self.settings, None
         role = "bots" if self.scenario.kind == "bots" else "single"
+        orphans = kill_orphans()  # those of a process that died with its games running
+        if orphans:
+            log.warning("%s: ended %d Doom processes left by a process that died: %s",
+                        s.label, len(orphans), orphans)  # fmt: skip
         for attempt in range(s.start_attempts):
             game = build_game(self.scenario, s, self.mapper.buttons, role=role)
             try:
@@ -171,6 +177,7 @@ class DoomEnv(gym.Env, RewardShapingInterface):
             game.send_game_command("removebots")
             for _ in range(self.settings.num_bots):
                 game.send_game_command("addbot")
+            settle_spawns(game)
         self._obs = self._observe(game.get_state())
         self._start_vars = self._vars.copy()
         self._start_tic = game.get_episode_time()
@@ -249,7 +256,7 @@ class DoomEnv(gym.Env, RewardShapingInterface):
         """The agent's result against the bots by frags: `win` (as `match_result`) and
         `best_bot_frags`; the agent's own count is taken relative to the episode's start."""
         own_slot = int(round(end_vars[GV["PLAYER_NUMBER"]]))
-        bots = bot_frags(end_vars, {own_slot}, 1 + self.settings.num_bots)
+        bots = bot_frags(end_vars, {own_slot}, 1 + self.settings.num_bots, self._start_vars)
         if not bots:
             return {}
         mine = float(end_vars[GV["FRAGCOUNT"]] - self._start_vars[GV["FRAGCOUNT"]])

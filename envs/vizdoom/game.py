@@ -194,14 +194,37 @@ def self_play_frag_variables(scenario: Scenario) -> tuple[str, ...]:
     )
 
 
-def bot_frags(game_vars: np.ndarray, agent_slots: set[int], num_players: int) -> list[float]:
-    """Frags of the player slots that agents do not hold (the bots), from the per-slot counts
-    that follow GAME_VARIABLES; [] when an agent's slot is out of range. Bots join afresh every
-    episode, so their counts are the episode's."""
+def bot_frags(
+    game_vars: np.ndarray, agent_slots: set[int], num_players: int, start_vars: np.ndarray
+) -> list[float]:
+    """Frags of the player slots that agents do not hold (the bots) since the episode's start
+    (`start_vars`, the variables when the agents first saw it), from the per-slot counts that
+    follow GAME_VARIABLES; [] when an agent's slot is out of range."""
     if not all(0 <= k < num_players for k in agent_slots):
         return []
     base = len(GAME_VARIABLES)
-    return [float(game_vars[base + k]) for k in range(num_players) if k not in agent_slots]
+    return [
+        float(game_vars[base + k] - start_vars[base + k])
+        for k in range(num_players)
+        if k not in agent_slots
+    ]
+
+
+# Players (bots included) spawn in the first tics of an episode, and one that lands on another's
+# spot kills it (a telefrag): the agents must not start dead, nor a bot with a frag. The tics an
+# episode may take to bring every player in alive, then it starts anyway.
+SPAWN_TICS = 35
+
+
+def settle_spawns(game) -> None:
+    """After a local game's `new_episode()` and `addbot`s: no-op tics, respawning the agent when
+    it was killed, until it is alive after a tic (at most SPAWN_TICS)."""
+    noop = [0] * game.get_available_buttons_size()
+    for _ in range(SPAWN_TICS):
+        game.make_action(noop, 1)
+        if game.is_episode_finished() or not game.is_player_dead():
+            return
+        game.respawn_player()
 
 
 def match_result(mine: float, rivals: list[float]) -> float:

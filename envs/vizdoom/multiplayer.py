@@ -273,7 +273,7 @@ class DoomMultiAgentEnv(RewardShapingInterface):
             slots = {int(round(snap.game_vars[GV["PLAYER_NUMBER"]])) for snap in snaps}
             if len(slots) == self.num_agents:
                 total = self.num_agents + self.settings.num_bots
-                bots = bot_frags(snaps[0].game_vars, slots, total)
+                bots = bot_frags(snaps[0].game_vars, slots, total, self._start_vars[0])
         return own, bots
 
     def match_results(self, snaps: list[Snapshot]) -> list[float]:

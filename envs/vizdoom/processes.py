@@ -198,9 +198,74 @@ def _has_pair(args: list[str], marker: tuple[str, str]) -> bool:
 
 
 def track_pids(pids: Iterable[int], owner: str) -> None:
+    pids = list(pids)
     with _live_pids_lock:
         for pid in pids:
             _live_pids[pid] = owner
+    _record_owned(pids)
+
+
+# The Doom processes of a process killed before it could close its envs (a SIGKILLed rollout
+# worker) are no one's children any more, and nothing ends them: each live one is recorded by a
+# file named after its owner and itself (pid and start time, so a reused pid is not mistaken
+# for either), and each Doom start first ends those whose owner is gone.
+def _owners_dir() -> str:
+    folder = os.path.join(tempfile.gettempdir(), "rl_pbt_vizdoom", "owners")
+    os.makedirs(folder, exist_ok=True)
+    return folder
+
+
+def _start_time(pid: int) -> Optional[str]:
+    """The process's start time in clock ticks since boot (None when it is gone)."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[19]
+    except (OSError, IndexError):
+        return None
+
+
+def _record_owned(pids: list[int]) -> None:
+    me, mine = os.getpid(), _start_time(os.getpid())
+    if mine is None:  # no /proc: nothing to record
+        return
+    for pid in pids:
+        started = _start_time(pid)
+        if started is not None:
+            with contextlib.suppress(OSError):
+                open(os.path.join(_owners_dir(), f"{me}-{mine}-{pid}-{started}"), "w").close()
+
+
+def _unrecord_owned(pids: Iterable[int]) -> None:
+    prefix = f"{os.getpid()}-{_start_time(os.getpid())}-"
+    wanted = {str(p) for p in pids}
+    with contextlib.suppress(OSError):
+        for name in os.listdir(_owners_dir()):
+            if name.startswith(prefix) and name[len(prefix) :].split("-")[0] in wanted:
+                with contextlib.suppress(OSError):
+                    os.remove(os.path.join(_owners_dir(), name))
+
+
+def kill_orphans() -> list[int]:
+    """Kill the Doom processes recorded by processes that are gone; returns their pids."""
+    killed = []
+    try:
+        names = os.listdir(_owners_dir())
+    except OSError:
+        return killed
+    for name in names:
+        try:
+            owner, owner_start, pid, pid_start = name.split("-")
+        except ValueError:
+            continue
+        if _start_time(int(owner)) == owner_start:
+            continue  # its owner lives: its games are its own to close
+        if _start_time(int(pid)) == pid_start and "vizdoom" in " ".join(_cmdline(int(pid))[:1]):
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.kill(int(pid), signal.SIGKILL)
+                killed.append(int(pid))
+        with contextlib.suppress(OSError):
+            os.remove(os.path.join(_owners_dir(), name))
+    return killed
 
 
 def kill_pids(pids: Iterable[int], wait: float = 3.0) -> None:
@@ -228,12 +293,15 @@ def kill_pids(pids: Iterable[int], wait: float = 3.0) -> None:
     with _live_pids_lock:
         for pid in pids:
             _live_pids.pop(pid, None)
+    _unrecord_owned(pids)
 
 
 def forget_pids(pids: Iterable[int]) -> None:
+    pids = list(pids)
     with _live_pids_lock:
         for pid in pids:
             _live_pids.pop(pid, None)
+    _unrecord_owned(pids)
 
 
 @atexit.register

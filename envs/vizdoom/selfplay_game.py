@@ -17,6 +17,7 @@ from typing import Any, Callable, Optional
 import numpy as np
 
 from envs.vizdoom.game import (
+    SPAWN_TICS,
     DoomSettings,
     ScreenResizer,
     build_game,
@@ -122,13 +123,18 @@ class Player:
     def set_seed(self, seed: int) -> None:
         self.game.set_seed(int(seed) % (2**32))
 
-    def new_episode(self, num_bots: int) -> Snapshot:
+    def new_episode(self, num_bots: int) -> None:
         self.game.new_episode()
         if self.index == 0 and num_bots > 0:
             self.game.send_game_command("removebots")
             for _ in range(num_bots):
                 self.game.send_game_command("addbot")
-        return self.snapshot()
+
+    def spawn_tic(self) -> bool:
+        """One tic with no buttons (every player's at once: a network game moves in lock-step);
+        True when this player is alive after it. The game respawns the dead itself."""
+        self.game.make_action([0] * self.game.get_available_buttons_size(), 1)
+        return self.game.is_episode_finished() or not self.game.is_player_dead()
 
     def step(self, buttons: list[int], tics: int, sync: TicSync) -> Snapshot:
         game = self.game
@@ -224,8 +230,14 @@ class SelfPlayGame:
         self.call_all("set_seed", [(seed,)] * len(self.players), 10.0, "set_seed")
 
     def new_episode(self) -> list[Snapshot]:
+        """A new episode, from the first tic at which every player is alive: a player that
+        spawns onto another's spot kills it (a telefrag), and no one should start dead."""
         n, s = len(self.players), self.settings
-        return self.call_all("new_episode", [(s.num_bots,)] * n, s.step_timeout, "new episode")
+        self.call_all("new_episode", [(s.num_bots,)] * n, s.step_timeout, "new episode")
+        for _ in range(SPAWN_TICS):
+            if all(self.call_all("spawn_tic", [()] * n, s.step_timeout, "new episode")):
+                break
+        return self.call_all("snapshot", [()] * n, s.step_timeout, "new episode")
 
     def step(self, buttons: list[list[int]]) -> list[Snapshot]:
         s = self.settings

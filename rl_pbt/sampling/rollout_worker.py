@@ -780,6 +780,9 @@ class RolloutWorker(ServerActing):
         and `active` (`_record`'s arrays); `infos` is copy e's."""
         n = self.num_agents
         base = e * n
+        # an episode the env could not finish (a crashed game): trained on as a cut, but it has
+        # no result, so neither its statistics nor its match are kept
+        aborted = bool(infos) and any(infos[a].get("episode_aborted") for a in range(n))
         for a in range(n):
             i = base + a
             done = bool(dones[off + a])
@@ -789,14 +792,14 @@ class RolloutWorker(ServerActing):
             if done:
                 if self.rnn_size:
                     self.h[i] = 0.0
-                if self.unscored[i]:
+                if self.unscored[i] or aborted:
                     self.unscored[i] = False
                 else:
                     self.episodes.append(self._episode_stats(i, infos[a] if infos else {}, e, a))
                 self.ep_return[i] = 0.0
                 self.ep_len[i] = 0
         if dones[off : off + n].all():
-            if n > 1:
+            if n > 1 and not aborted:
                 key = self.target_key
                 self.matches.append(
                     MatchResult(

@@ -4,8 +4,10 @@ hangs or leftover Doom processes, reward-shaping replays. Skipped without vizdoo
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
+import subprocess
 import sys
 import threading
 import time
@@ -306,6 +308,50 @@ def test_bot_match_result_compares_agent_and_bot_frags():
         assert env.bot_match(end)["win"] == 0.5
         end[base + 1] = 4.0
         assert env.bot_match(end) == {"win": 0.0, "best_bot_frags": 4.0}
+        env._start_vars[base + 1] = 1.0  # a frag the bot had when the agent first saw the game
+        assert env.bot_match(end) == {"win": 0.0, "best_bot_frags": 3.0}
+    finally:
+        env.close()
+
+
+@pytest.mark.parametrize("name", ["doom_deathmatch_bots", "doom_duel"])
+def test_every_player_starts_an_episode_alive(name):
+    """Bots and other players spawn in an episode's first tics, and one landing on another's
+    spot kills it: before the fix, a do-nothing agent died on its first step in 7 of 12
+    deathmatches with bots (its death penalty, a free frag for a bot, no draw possible), and the
+    host of a duel started 4 of 10 matches dead."""
+    env = make_env(name, None, env_config(doom_episode_timeout=40, seed=3))
+    n = env.num_agents if is_multiagent_env(env) else 1
+    noop = np.zeros(len(env.action_space.nvec), dtype=np.int64)
+    try:
+        env.reset()
+        starts, first_step_deaths, bot_frags_at_start = 0, 0, 0
+        while starts < 10:
+            start = np.asarray(env._start_vars).reshape(n, -1)
+            assert (start[:, GV["DEAD"]] == 0).all() and (start[:, GV["HEALTH"]] > 0).all()
+            starts += 1
+            first = True
+            for _ in range(40):
+                if n == 1:
+                    _, reward, term, trunc, info = env.step(noop)
+                    ended, infos = term or trunc, [info]
+                    died = env._vars[GV["DEATHCOUNT"]] > start[0, GV["DEATHCOUNT"]]
+                else:
+                    _, _, terms, truncs, infos = env.step([noop] * n)
+                    ended = terms[0] or truncs[0]
+                    died = False
+                first_step_deaths += int(first and died)
+                first = False
+                if ended:
+                    stats = infos[0]["episode_extra_stats"]
+                    bot_frags_at_start += int(
+                        n == 1 and stats["deaths"] == 0 and stats["best_bot_frags"] > 0
+                    )
+                    if n == 1:
+                        env.reset()
+                    break
+        assert first_step_deaths == 0
+        assert bot_frags_at_start <= 2  # bots fighting each other in 1 s of play: rare
     finally:
         env.close()
 
@@ -373,6 +419,47 @@ def test_failed_start_is_retried_then_reported_by_name(monkeypatch):
 
 def _game_doom_pids(env) -> list[int]:
     return doom_pids([("-port", str(env._port))])
+
+
+OWNER = """
+import sys, time
+sys.path.insert(0, sys.argv[1])
+import envs.vizdoom
+from envs.vizdoom.processes import doom_pids
+from rl_pbt.envs.registry import make_env
+env = make_env("doom_basic", None, {"env_id": 77, "worker_index": 0, "vector_index": 0})
+env.reset()
+print(*doom_pids(), flush=True)
+time.sleep(60)
+"""
+
+
+def test_doom_of_a_killed_process_is_ended_by_the_next_start():
+    """A rollout worker SIGKILLed with its games running (the runner starts another): before,
+    its Doom processes ran on, one set per restart; the next Doom start now ends them."""
+    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    owner = subprocess.Popen([sys.executable, "-c", OWNER, root], stdout=subprocess.PIPE,
+                             text=True, start_new_session=True)  # fmt: skip
+    try:
+        left = [int(p) for p in owner.stdout.readline().split()]
+    finally:
+        owner.kill()
+        owner.wait()
+    assert left, "the owner's game did not start"
+    time.sleep(0.5)
+    assert all(os.path.exists(f"/proc/{p}") for p in left)  # no one ended them so far
+    env = make_env("doom_basic", None, env_config())
+    try:
+        env.reset()
+        deadline = time.monotonic() + 5
+        while any(os.path.exists(f"/proc/{p}") for p in left) and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert not any(os.path.exists(f"/proc/{p}") for p in left)
+    finally:
+        env.close()
+        for p in left:
+            with contextlib.suppress(OSError):
+                os.kill(p, signal.SIGKILL)
 
 
 @pytest.mark.parametrize("failure", ["frozen_doom", "killed_helper"])
