@@ -334,6 +334,7 @@ FLAGS = [
         "in launch.match and evaluation start from the empty board)",
         non_negative,
         group="env",
+        training_only=True,
     )
 ]
 # 32 games per worker and a [256, 256] MLP: connect four training ran 3.3x the frames/s of the

@@ -141,6 +141,7 @@ class PettingZooParallelAdapter:
                     out_infos[i] = dict(self._last_info[i], is_active=True)
                 cut = ended_by_time if self._cut[i] is None else self._cut[i]
                 terminated[i], truncated[i] = not cut, cut
+            self.final_frame = self.render() if self.render_mode == "rgb_array" else None
             new_obs, _ = self.reset()
             return new_obs, rewards, terminated, truncated, out_infos
         # agents that left mid-episode: their terminal flags wait for the end of the episode
@@ -348,6 +349,7 @@ class PettingZooAECAdapter:
             for i, info in enumerate(infos):
                 ret = float(self._returns[i])
                 info["true_objective"] = self._objective(ret) if self._objective else ret
+            self.final_frame = self.render() if self.render_mode == "rgb_array" else None
             new_obs, first = self.reset()
             for info, start in zip(infos, first):
                 info["acts_next"] = start["acts_next"]

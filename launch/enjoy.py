@@ -29,15 +29,18 @@ from rl_pbt.logging.video import (
     check_video_path,
     default_video_path,
     env_fps,
+    episode_end_frame,
     render_problem,
 )
 from rl_pbt.models.loading import (
+    BOOL_FLAG,
     PolicyActor,
     add_play_flags,
     checkpoint_misfit,
     experiment_cfg,
     given_env_problem,
     load_policy,
+    play_cfg,
     play_flags_problem,
     run_env_problem,
 )
@@ -63,7 +66,7 @@ def build_parser() -> argparse.ArgumentParser:
     add_video_flag(parser, "the episodes", "p{policy}")
     parser.add_argument(
         "--no_render",
-        action="store_true",
+        **BOOL_FLAG,
         help="accepted for Sample Factory command lines: nothing is drawn on screen here "
         "(--save_video records the episodes)",
     )
@@ -84,6 +87,8 @@ def load(args):
         if problem:
             raise ValueError(problem)
     cfg.env = args.env or trained_on
+    if cfg.env == trained_on:
+        cfg = play_cfg(cfg)  # the env as trained, but not its training games' openings
     env = as_multiagent(
         make_env(
             cfg.env,
@@ -198,8 +203,9 @@ def play(args, env, model, obs, writer) -> int:
             ep_ret[:] = 0
             for a in actors:
                 a.reset()
-            if writer is not None:  # the env has begun the next episode: hold the last frame
-                for _ in range(int(writer.fps) // 2):
+            if writer is not None:  # the episode's end, held for a moment
+                frame = episode_end_frame(env, frame)
+                for _ in range(int(writer.fps) // 2 + 1):
                     writer.append(frame)
     if len(returns) < args.episodes:
         print(

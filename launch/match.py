@@ -51,6 +51,7 @@ from rl_pbt.logging.video import (
     check_video_path,
     default_video_path,
     env_fps,
+    episode_end_frame,
     render_problem,
 )
 from rl_pbt.models.action_dist import to_env_action
@@ -61,6 +62,7 @@ from rl_pbt.models.loading import (
     experiment_cfg,
     given_env_problem,
     load_policy,
+    play_cfg,
     play_flags_problem,
     run_env_problem,
 )
@@ -224,6 +226,24 @@ class _Scripted:
             reset()
 
 
+def game_score(info: dict) -> float:
+    """Side A's score of a game from its first agent's last info: `true_objective`, which a
+    match needs as 1 win, 0.5 draw, 0 loss (a value in [0, 1]); ValueError (one line) else."""
+    score = info.get("true_objective")
+    try:
+        ok = score is not None and 0.0 <= float(score) <= 1.0
+    except (TypeError, ValueError):
+        ok = False
+    if not ok:
+        raise ValueError(
+            f"a game ended with info['true_objective']={score!r}: a match scores each game by "
+            "it and needs 1 for a win, 0.5 for a draw, 0 for a loss (a value in [0, 1]); give "
+            "it in the infos of the step that ends the game (a PettingZoo game: "
+            "register_pettingzoo_aec_env(..., objective=...))"
+        )
+    return float(score)
+
+
 def play(env, side_a: list, side_b: list, games: int, max_steps: int) -> list[float]:
     """Scores of side A (1 win, 0.5 draw, 0 loss) over `games` episodes."""
     n = env.num_agents
@@ -236,7 +256,7 @@ def play(env, side_a: list, side_b: list, games: int, max_steps: int) -> list[fl
         obs, _, term, trunc, infos = env.step([s.act(o) for s, o in zip(seats, obs)])
         steps += 1
         if all(t or u for t, u in zip(term, trunc)):
-            scores.append(float(infos[0].get("true_objective", 0.5)))
+            scores.append(game_score(infos[0]))
             for s in seats:
                 s.reset()
     return scores
@@ -248,10 +268,23 @@ def seeded(seed: int) -> SimpleNamespace:
     return SimpleNamespace(seed=seed)
 
 
-def make_batch_env(env_name: str, num_envs: int, seed: int):
-    """`num_envs` copies of `env_name` as its batched version, seeded from `seed`."""
+def make_batch_env(env_name: str, num_envs: int, seed: int, cfg=None):
+    """`num_envs` copies of `env_name` as its batched version, seeded from `seed`, with the env
+    flags of `cfg` (a run's, see `env_cfg`; the env's defaults without one)."""
     configs = [{"worker_index": 0, "vector_index": k, "env_id": k} for k in range(num_envs)]
-    return make_env_batch(env_name, seeded(seed), configs)
+    return make_env_batch(env_name, seeded(seed) if cfg is None else cfg, configs)
+
+
+def env_cfg(args):
+    """The cfg the match's env is made from: the config of the first trained player's run
+    when it was trained on the match's env (its env flags as trained, those for training
+    games only at their defaults, `--seed`); else the env's defaults and `--seed`."""
+    for spec in args.players:
+        found = parse_player(spec, args.experiment)
+        if found is not None:
+            cfg = experiment_cfg(os.path.join(args.train_dir, found[0]))
+            return play_cfg(cfg, args.seed) if cfg.env == args.env else seeded(args.seed)
+    return seeded(args.seed)
 
 
 def play_batched(batch_env, side_a, side_b, games: int, max_steps: int) -> list[float]:
@@ -274,7 +307,7 @@ def play_batched(batch_env, side_a, side_b, games: int, max_steps: int) -> list[
         obs, _, term, trunc, infos = batch_env.step(acts)
         for k in np.flatnonzero(term | trunc).tolist():
             if played[k] < quota:
-                scores[k].append(float(infos[k][0].get("true_objective", 0.5)))
+                scores[k].append(game_score(infos[k][0]))
             played[k] += 1
             side_a.reset(slice(k * half, (k + 1) * half))
             side_b.reset(slice(k * (n - half), (k + 1) * (n - half)))
@@ -539,10 +572,11 @@ def main(argv: list[str] | None = None) -> int:
             )
         check_players(args)
         video = video_path(args) if args.save_video is not None else None
+        cfg = env_cfg(args)
         env = as_multiagent(
             make_env(
                 args.env,
-                seeded(args.seed),
+                cfg,
                 {"worker_index": 0, "vector_index": 0, "env_id": 0},
                 render_mode="rgb_array" if video else None,
             )
@@ -562,7 +596,7 @@ def main(argv: list[str] | None = None) -> int:
                 raise ValueError(problem)
         batch_env = None
         if args.num_envs > 1:
-            batch_env = make_batch_env(args.env, args.num_envs, args.seed)
+            batch_env = make_batch_env(args.env, args.num_envs, args.seed, cfg)
             if not callable(getattr(batch_env, "reset", None)):
                 batch_env.close()
                 raise ValueError(
@@ -575,9 +609,14 @@ def main(argv: list[str] | None = None) -> int:
         print(f"rl-pbt-match: error: {e}", file=sys.stderr)
         return 2
 
-    table, ratings, played = cross_play(
-        env, args.players, factories, args.games, args.max_steps, batch_env=batch_env
-    )
+    try:
+        table, ratings, played = cross_play(
+            env, args.players, factories, args.games, args.max_steps, batch_env=batch_env
+        )
+    except ValueError as e:  # a game without a score
+        env.close()
+        print(f"rl-pbt-match: error: --env={args.env}: {e}", file=sys.stderr)
+        return 2
     pairs = list(itertools.combinations(range(len(args.players)), 2))
     if all(played[i, j] == 0 for i, j in pairs):
         print(
@@ -635,7 +674,9 @@ def save_video(env, pair: list[str], factories: dict, path: str, max_steps: int 
         for _ in range(max_steps):
             obs, _, term, trunc, infos = env.step([s.act(o) for s, o in zip(seats, obs)])
             if all(t or u for t, u in zip(term, trunc)):
-                break  # the env has already begun the next game: hold the last frame instead
+                frame = episode_end_frame(env, frame)  # the env has begun the next game
+                video.append(frame)
+                break
             frame = env.render()
             video.append(frame)
         for _ in range(int(video.fps) // 2):

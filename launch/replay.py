@@ -5,7 +5,8 @@
 
 Reads {train_dir}/{from_experiment}/pbt/lineage.jsonl, follows the member's ancestry
 (copies included), and applies each recorded change of hyperparameters and reward shaping
-at the same env-step count. The env and model flags default to the source experiment's.
+at the same env-step count. The env, model and learning flags (the env's own included)
+default to the source experiment's.
 
 The replay goes to a new experiment (by default {from_experiment}_p{policy}_replay). An
 existing one is resumed only when it is a replay of the same member of the same run; any
@@ -22,24 +23,31 @@ from typing import Any, Optional
 
 from launch import command, integer, summary
 from launch.train import main as train_main
-from rl_pbt.config.flags import FLAGS_BY_NAME
-from rl_pbt.config.parse import close_names, with_added_model_flags
+from rl_pbt.config.flags import FLAGS, FLAGS_BY_NAME
+from rl_pbt.config.parse import (
+    MODEL_FLAGS,
+    close_names,
+    same_value,
+    with_added_model_flags,
+)
+from rl_pbt.envs.registry import env_default_overrides, env_extra_flags
 from rl_pbt.logging.files import experiment_name_problem, read_run_config
 from rl_pbt.models.loading import run_env_problem
 from rl_pbt.pbt.lineage import lineage_path, read_events, schedule_for
 
 PROG = "rl-pbt-replay"
+# the flags a replay takes from the source run unless given: what its member trained on and
+# with (the env's own flags are added per env); PBT's values come from the lineage
 INHERITED = [
     "env",
+    "env_frameskip",
     "rollout",
-    "batch_size",
     "num_envs_per_worker",
-    "use_rnn",
-    "encoder_mlp_layers",
-    "obs_features",
-    "obs_features_set",
     "train_for_env_steps",
+    *MODEL_FLAGS,
+    *(f.name for f in FLAGS if f.group == "learning" and f.name not in MODEL_FLAGS),
 ]
+INHERITED.remove("policy_values")  # the member's own values are in the lineage
 
 
 # flags the replay sets itself, and why
@@ -116,9 +124,9 @@ def main(argv: list[str] | None = None) -> int:
         prog=PROG,
         description=summary(__doc__),
         epilog="Any flag of rl-pbt-train (rl-pbt-train --help) goes on to the training, e.g. "
-        "--train_for_env_steps=N to stop the replay sooner, or --num_workers; the env and "
-        "model flags default to the source run's. The replay sets --num_policies, --with_pbt "
-        "and --pbt_replay_* itself.",
+        "--train_for_env_steps=N to stop the replay sooner, or --num_workers; the env, "
+        "model and learning flags (the env's own included) default to the source run's. The "
+        "replay sets --num_policies, --with_pbt and --pbt_replay_* itself.",
     )
     parser.add_argument("--from_experiment", required=True, help="the PBT run to replay from")
     parser.add_argument(
@@ -174,7 +182,17 @@ def main(argv: list[str] | None = None) -> int:
     given = {a.split("=")[0].lstrip("-") for a in rest if a.startswith("--")}
     base = []
     src_cfg = with_added_model_flags(src_cfg)  # a run saved before a model flag existed
-    for key in INHERITED:
+    env = src_cfg.get("env") if isinstance(src_cfg.get("env"), str) else None
+    env_flags = {f.name: f.default for f in env_extra_flags(env)} if env else {}
+    defaults = {
+        **{k: FLAGS_BY_NAME[k].default for k in INHERITED},
+        **env_flags,
+        **(env_default_overrides(env) if env else {}),
+    }
+    for key in INHERITED + list(env_flags):
+        # a value the replay gets anyway is not given (it would be named in notes as set)
+        if key != "env" and same_value(src_cfg.get(key), defaults.get(key)):
+            continue
         if key not in given and src_cfg.get(key) is not None:
             value = src_cfg[key]
             base += (

@@ -525,6 +525,7 @@ class ArenaGame(RewardShapingInterface):
                 }
                 for i in range(n)
             ]
+            self.final_frame = self.render()  # the end, for a video (reset next)
             self._new_episode()
             obs = self._observations()
             return obs, rewards, [True] * n, [False] * n, infos

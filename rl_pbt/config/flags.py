@@ -25,6 +25,9 @@ class Flag:
     choices: Optional[Sequence[Any]] = None
     group: str = "misc"  # help topic: a key of HELP_GROUPS (env integrations use "env")
     item_type: type = int  # the type of a list flag's items: int or str
+    # an env flag for training games only (e.g. random openings): rl-pbt-enjoy and rl-pbt-match
+    # play the run's env with its default
+    training_only: bool = False
 
 
 # Help topics in the order `--help` prints them: key (as in `--help=KEY`) -> title.

@@ -1116,7 +1116,7 @@ def with_added_model_flags(saved: dict) -> dict:
 RESUME_FIXED = ("env", "num_policies", *MODEL_FLAGS)
 
 
-def _same_value(new: Any, old: Any) -> bool:
+def same_value(new: Any, old: Any) -> bool:
     """A flag's value against a saved one (JSON gives lists where the config holds tuples)."""
     if isinstance(new, (list, tuple)) and isinstance(old, (list, tuple)):
         return list(new) == list(old)
@@ -1145,7 +1145,7 @@ def resume_mismatches(cfg: Cfg, saved: dict) -> list[str]:
         if key == "mirror_symmetry" and env_symmetry(getattr(cfg, "env", None)) is None:
             continue
         new, old = getattr(cfg, key), saved[key]
-        if not _same_value(new, old):
+        if not same_value(new, old):
             out.append(f"--{key}={_shown(new)} (the run has {_shown(old)})")
     return out
 
@@ -1171,7 +1171,7 @@ def resume_changes(cfg: Cfg, saved: dict) -> list[tuple[str, Any, Any]]:
         if key in RESUME_FIXED or key in RESUME_ROUTINE or key not in saved:
             continue
         old = saved[key]
-        if not _same_value(new, old):
+        if not same_value(new, old):
             out.append((key, new, old))
     return out
 

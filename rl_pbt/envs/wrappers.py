@@ -61,6 +61,8 @@ class SingleToMultiAgent:
         if self._keep_actions:
             self._actions.append(actions[0])
         if terminated or truncated:
+            if getattr(self.env, "render_mode", None) == "rgb_array":
+                self.final_frame = self.env.render()  # the end, for a video (reset next)
             seed = None if self._seeds is None else int(self._seeds.integers(2**31))
             obs, reset_info = self.env.reset(seed=seed)
             self._episode_seed, self._actions = seed, []

@@ -11,7 +11,7 @@ import os
 import re
 import tempfile
 import time
-from typing import Optional
+from typing import Any, Optional
 
 import numpy as np
 
@@ -118,6 +118,16 @@ def output_file_problem(path: str) -> Optional[str]:
             except OSError:  # something else has appeared there meanwhile: leave it
                 break
     return None
+
+
+def episode_end_frame(env, before: Any) -> Any:
+    """The frame of an episode's last state, after the step that ended it: an env that resets
+    itself has already begun the next episode, so its render() shows that one; one that keeps
+    the end's render in `final_frame` (the built-in multi-agent envs, the PettingZoo adapters,
+    single-agent envs through the trainer's wrapper) gives it, any other `before` (the frame
+    before the last action)."""
+    final = getattr(env, "final_frame", None)
+    return before if final is None else final
 
 
 def render_problem(env, env_name: str) -> Optional[str]:

@@ -11,8 +11,8 @@ from typing import Optional
 import numpy as np
 import torch
 
-from rl_pbt.config.parse import MODEL_FLAGS, Cfg, with_added_model_flags
-from rl_pbt.envs.registry import is_known_env, unknown_env_message
+from rl_pbt.config.parse import MODEL_FLAGS, Cfg, str2bool, with_added_model_flags
+from rl_pbt.envs.registry import env_extra_flags, is_known_env, unknown_env_message
 from rl_pbt.learning.checkpoints import (
     CheckpointError,
     checkpoint_files,
@@ -23,6 +23,18 @@ from rl_pbt.logging.files import checkpoint_dir, read_run_config
 from rl_pbt.models.action_dist import to_env_action
 from rl_pbt.models.actor_critic import ActorCritic, make_actor_critic
 from rl_pbt.models.obs import obs_to_dict
+
+
+def play_cfg(cfg: Cfg, seed: Optional[int] = None) -> Cfg:
+    """A run's config for playing its env outside training: its env's flags as trained
+    (episode length, resolution, ...), but those for training games only (random openings) at
+    their defaults, and `seed` when given."""
+    for flag in env_extra_flags(cfg.env):
+        if flag.training_only:
+            setattr(cfg, flag.name, flag.default)
+    if seed is not None:
+        cfg.seed = seed
+    return cfg
 
 
 def experiment_cfg(exp_dir: str, overrides: Optional[dict] = None) -> Cfg:
@@ -161,9 +173,15 @@ class PolicyActor:
         return to_env_action(self.model.act_spec, self.action_space, actions[0].numpy())
 
 
+# a tool's bool flag as rl-pbt-train's: `--flag`, `--flag=True`, `--flag=False`
+BOOL_FLAG = {"nargs": "?", "const": True, "default": False, "type": str2bool}
+
+
 def add_play_flags(parser) -> None:
     """--deterministic and --temperature, for the tools that play trained policies."""
-    parser.add_argument("--deterministic", action="store_true", help="argmax actions")
+    parser.add_argument(
+        "--deterministic", **BOOL_FLAG, help="argmax actions (--deterministic, or =True/False)"
+    )
     parser.add_argument(
         "--temperature",
         type=float,

@@ -4,6 +4,7 @@ at the expected count and size, the players visible in their team colours."""
 import glob
 import os
 
+import gymnasium as gym
 import numpy as np
 import pytest
 
@@ -129,3 +130,63 @@ def test_an_env_that_renders_images_passes():
     assert video.render_problem(_Renders(np.zeros((4, 5, 3), np.uint8)), "my_env") is None
     assert video.render_problem(_Renders(np.zeros((4, 5), np.uint8)), "my_env") is None
     assert video.render_problem(_Renders(np.zeros((4, 5, 4), np.uint8)), "my_env") is None
+
+
+class Ticker(gym.Env):
+    """One agent; every pixel of its frame is 40 x the steps taken in the episode, which lasts
+    5 steps: the frame of its last state is all 200."""
+
+    metadata = {"render_modes": ["rgb_array"], "render_fps": 4}
+
+    def __init__(self, render_mode=None):
+        self.observation_space = gym.spaces.Box(-1.0, 1.0, (1,), np.float32)
+        self.action_space = gym.spaces.Discrete(2)
+        self.render_mode, self.t = render_mode, 0
+
+    def reset(self, seed=None, options=None):
+        self.t = 0
+        return np.zeros(1, np.float32), {}
+
+    def step(self, action):
+        self.t += 1
+        done = self.t == 5
+        return np.zeros(1, np.float32), 1.0, done, False, {"true_objective": 1.0} if done else {}
+
+    def render(self):
+        return np.full((64, 64, 3), 40 * self.t, np.uint8)
+
+
+class Still:
+    def act(self, obs) -> int:
+        return 0
+
+    def reset(self) -> None:
+        pass
+
+
+def test_a_video_ends_on_the_last_state_of_the_game(tmp_path):
+    """The env resets itself in the step that ends an episode, so its render() afterwards shows
+    the next one: before, a video stopped one state early (a connect four game without its
+    winning move) and held the state before the last action."""
+    env = as_multiagent(Ticker(render_mode="rgb_array"))
+    path = tmp_path / "ticker.gif"
+    match.save_video(env, ["a", "b"], {"a": Still, "b": Still}, str(path))
+    shown = [int(frame[0, 0, 0]) for frame in iio.imread(path, index=None)]
+    assert sorted(set(shown)) == [0, 40, 80, 120, 160, 200]
+    assert shown[-1] == 200  # held on the end
+
+
+def test_the_arena_keeps_the_frame_of_a_finished_game():
+    env = as_multiagent(make_env("arena_duel", None, {"env_id": 0}, render_mode="rgb_array"))
+    chaser = make_player("chaser", env, None, 1)()
+    obs, _ = env.reset(seed=3)
+    for _ in range(400):
+        before = env.render()
+        obs, _, term, trunc, _ = env.step([chaser.act(obs[0]), 0])
+        if term[0] or trunc[0]:
+            break
+    assert term[0] or trunc[0]
+    end, after = env.final_frame, env.render()
+    assert end.shape == before.shape
+    assert not np.array_equal(end, after)  # not the next game's start
+    assert not np.array_equal(end, before)  # the game's last state, one step on

@@ -11,6 +11,7 @@ import torch
 
 import envs  # noqa: F401
 from launch import enjoy
+from launch import match as match_module
 from launch.match import (
     BatchPolicyActor,
     RandomActor,
@@ -23,9 +24,10 @@ from launch.match import (
     play,
     play_batched,
 )
-from rl_pbt import parse_cfg
+from rl_pbt import parse_cfg, register_env
 from rl_pbt.config.parse import save_cfg
 from rl_pbt.envs.registry import make_env
+from rl_pbt.envs.scripted import register_scripted_policy
 from rl_pbt.envs.wrappers import as_multiagent
 from rl_pbt.learning.checkpoints import write_checkpoint
 from rl_pbt.logging.files import checkpoint_dir
@@ -174,9 +176,11 @@ def test_fit_ratings_ignores_the_order_of_the_games_and_keeps_unbeaten_players_f
     assert np.all(np.isfinite(stderr))
 
 
-def fake_run(train_dir, env_name="arena_duel", name="run") -> str:
+def fake_run(train_dir, env_name="arena_duel", name="run", extra=()) -> str:
     """An experiment folder as training leaves it: config.json and one checkpoint of p0."""
-    cfg = parse_cfg([f"--env={env_name}", f"--experiment={name}", f"--train_dir={train_dir}"])
+    cfg = parse_cfg(
+        [f"--env={env_name}", f"--experiment={name}", f"--train_dir={train_dir}", *extra]
+    )
     exp_dir = os.path.join(str(train_dir), name)
     save_cfg(cfg, os.path.join(exp_dir, "config.json"))
     env = as_multiagent(make_env(env_name, cfg, {"env_id": 0}))
@@ -250,3 +254,101 @@ def test_random_player_keeps_to_the_mask_of_every_head():
     discrete = RandomActor(gym.spaces.Discrete(4), seed=0)
     legal = {discrete.act({"action_mask": np.array([0, 0, 1, 1])}) for _ in range(100)}
     assert legal == {2, 3}
+
+
+def test_match_plays_the_env_as_the_run_trained_it(tmp_path, monkeypatch, capsys):
+    """The env's flags of the run (a 40-step arena here), not the env's defaults (300 steps):
+    before, the members played a game they never trained on. Flags for training games only
+    (connect four's random openings) stay at their defaults."""
+    fake_run(tmp_path, extra=["--arena_episode_steps=40"])
+    lengths = []
+
+    def counted(env):
+        env, steps = as_multiagent(env), [0]
+        step = env.step
+
+        def counting(actions):
+            out = step(actions)
+            steps[0] += 1
+            if all(out[2]) or all(out[3]):
+                lengths.append(steps[0])
+                steps[0] = 0
+            return out
+
+        env.step = counting
+        return env
+
+    monkeypatch.setattr(match_module, "as_multiagent", counted)
+    argv = [f"--train_dir={tmp_path}", "--experiment=run", "--players", "p0", "chaser"]
+    assert main(argv + ["--games=4", "--seed=9"]) == 0
+    assert len(lengths) >= 4 and max(lengths) <= 40, lengths
+    args = match_module.build_parser().parse_args(argv + ["--seed=9"])
+    args.env = "arena_duel"
+    cfg = match_module.env_cfg(args)
+    assert cfg.arena_episode_steps == 40 and cfg.seed == 9
+    fake_run(tmp_path, "connect_four", "c4", extra=["--random_opening_moves=8", "--seed=1"])
+    args = match_module.build_parser().parse_args(
+        [f"--train_dir={tmp_path}", "--experiment=c4", "--players", "p0", "random"]
+    )
+    args.env = "connect_four"
+    assert match_module.env_cfg(args).random_opening_moves == 0
+
+
+class NoScore:
+    """Two agents, 3-step games, `objective` in the ending step's infos (None: not given)."""
+
+    is_multiagent, num_agents = True, 2
+
+    def __init__(self, objective):
+        self.objective, self.t = objective, 0
+        self.observation_space = gym.spaces.Box(-1.0, 1.0, (1,), np.float32)
+        self.action_space = gym.spaces.Discrete(2)
+
+    def reset(self, seed=None, options=None):
+        self.t = 0
+        return [np.zeros(1, np.float32)] * 2, [{}, {}]
+
+    def step(self, actions):
+        self.t += 1
+        done = self.t == 3
+        info = {} if not done or self.objective is None else {"true_objective": self.objective}
+        if done:
+            self.t = 0
+        return [np.zeros(1, np.float32)] * 2, [1.0, -1.0], [done] * 2, [False] * 2, [info] * 2
+
+    def close(self):
+        pass
+
+
+@pytest.mark.parametrize("objective", [None, -1.0], ids=["missing", "a_return"])
+def test_match_refuses_games_without_a_score(objective, capsys):
+    """Before, a game without `true_objective` counted as a draw (a player that won every game
+    by reward stood at 0.500), and a return of -1 stopped the tool with a traceback after
+    every game was played."""
+    name = f"no_score_{objective}"
+    register_env(name, lambda full_name, cfg, env_config, render_mode=None: NoScore(objective))
+    register_scripted_policy(name, "idle", lambda env, seed=None: Idle())
+    assert main([f"--env={name}", "--players", "random", "idle", "--games=4"]) == 2
+    err = one_line_error(capsys)
+    assert f"--env={name}" in err and "true_objective" in err and "[0, 1]" in err
+
+
+def test_play_tools_take_bool_flags_as_the_trainer_does(tmp_path, capsys):
+    """`--deterministic=True` (and `--no_render=True`) as rl-pbt-train takes `--with_pbt=True`:
+    before, 'ignored explicit argument'."""
+    fake_run(tmp_path)
+    base = [f"--train_dir={tmp_path}", "--experiment=run"]
+    for value, want in (("", True), ("=True", True), ("=false", False)):
+        args = enjoy.build_parser().parse_args(base + [f"--deterministic{value}"])
+        assert args.deterministic is want
+        args = match_module.build_parser().parse_args(
+            base + [f"--deterministic{value}", "--players", "p0", "chaser"]
+        )
+        assert args.deterministic is want
+    assert enjoy.main(base + ["--episodes=1", "--deterministic=True", "--no_render=True"]) == 0
+    capsys.readouterr()
+    with pytest.raises(SystemExit) as stop:
+        enjoy.main(base + ["--deterministic=maybe"])
+    assert stop.value.code == 2
+    err = one_line_error(capsys)
+    assert "--deterministic" in err and "True/False" in err
