@@ -46,10 +46,10 @@ class PettingZooParallelAdapter:
     is_multiagent = True
 
     def __init__(self, parallel_env: Any, seed: Optional[int] = None):
-        if hasattr(parallel_env, "agent_iter") and not hasattr(parallel_env, "possible_agents"):
+        if hasattr(parallel_env, "agent_iter"):  # a ParallelEnv has none
             raise TypeError(
-                "an AEC env was given; convert it with "
-                "pettingzoo.utils.conversions.aec_to_parallel first"
+                "a turn-based AEC env was given where a ParallelEnv goes: register it with "
+                "register_pettingzoo_aec_env (or give its parallel_env)"
             )
         if not hasattr(parallel_env, "possible_agents"):
             raise TypeError("expected a PettingZoo ParallelEnv (no `possible_agents` attribute)")
@@ -73,6 +73,11 @@ class PettingZooParallelAdapter:
                 )
         self.render_mode = getattr(parallel_env, "render_mode", None)
         self._zero_obs = _zeros_like_space(self.observation_space)
+        space = self.observation_space
+        if isinstance(space, spaces.Dict) and "action_mask" in space.spaces:
+            # an agent out of the episode still needs a legal action (it is ignored)
+            mask = space["action_mask"]
+            self._zero_obs["action_mask"] = np.ones(mask.shape, mask.dtype)
         self._done = [False] * self.num_agents
         self._last_info: list[dict] = [{} for _ in self.agent_names]
         # an agent that left: whether by a time limit (None: it left without saying)
@@ -235,8 +240,10 @@ class PettingZooAECAdapter:
     (`flatten=True`), or, with `board=True`, a (rows, columns, planes) board as float32 planes
     first (planes, rows, columns), for a convolutional encoder
     (`--encoder_conv_architecture=convnet_board`); a
-    waiting agent's mask allows every action (its action is ignored anyway). When the game
-    ends every agent is done, with `info["true_objective"]` its return of the game (or
+    waiting agent's mask allows every action (its action is ignored anyway). A player knocked
+    out before the game's end (terminated or truncated alone) is stepped out as PettingZoo
+    says (action None on its turn) and waits, with zero observations, until the game ends:
+    when every agent is out of it. Then every agent is done, with `info["true_objective"]` its return of the game (or
     `objective(return)`, e.g. 1 win / 0.5 draw / 0 loss), and the returned observations start
     the next game.
     """
@@ -266,7 +273,16 @@ class PettingZooAECAdapter:
                 raise ValueError(f"agent {agent!r}: all agents must share one observation "
                                  "space and one action space")  # fmt: skip
         self.masked = isinstance(raw_obs, spaces.Dict) and "action_mask" in raw_obs.spaces
-        inner = raw_obs["observation"] if self.masked else raw_obs
+        self.state_key = "observation"
+        if self.masked:
+            keys = [k for k in raw_obs.spaces if k != "action_mask"]
+            if len(keys) != 1:
+                raise ValueError(
+                    f"an AEC game's observations need one key of game state beside "
+                    f"'action_mask'; this one has {keys}: give one (e.g. 'observation')"
+                )
+            self.state_key = keys[0]
+        inner = raw_obs[self.state_key] if self.masked else raw_obs
         self.board = board and isinstance(inner, spaces.Box) and len(inner.shape) == 3
         if board and not self.board:
             raise ValueError(f"board=True needs a (rows, columns, planes) Box, not {inner}")
@@ -275,7 +291,7 @@ class PettingZooAECAdapter:
         inner_out = _flat_box(inner) if self.flatten else _planes_first(inner) if board else inner
         if self.masked:
             self.observation_space = spaces.Dict(
-                {"observation": inner_out, "action_mask": raw_obs["action_mask"]}
+                {self.state_key: inner_out, "action_mask": raw_obs["action_mask"]}
             )
             self._all_legal = np.ones(raw_obs["action_mask"].shape, raw_obs["action_mask"].dtype)
         else:
@@ -283,6 +299,12 @@ class PettingZooAECAdapter:
         self.render_mode = getattr(aec_env, "render_mode", None)
         self._next_seed = seed
         self._returns = np.zeros(self.num_agents)
+        # agents out of the game (knocked out before its end), and how: a time limit or not
+        self._done = [False] * self.num_agents
+        self._cut = [False] * self.num_agents
+        self._out_obs = _zeros_like_space(self.observation_space)
+        if self.masked:
+            self._out_obs["action_mask"] = self._all_legal
         self._objective = objective
         if int(random_opening) < 0:
             raise ValueError(f"random_opening={random_opening}: at least 0")
@@ -290,8 +312,10 @@ class PettingZooAECAdapter:
         self._opening_rng = np.random.default_rng(seed)
 
     def _observe(self, agent: Any, moving: bool):
+        if self._done[self.agent_names.index(agent)]:  # out of the game: zeros, waiting
+            return self._out_obs
         raw = self.env.observe(agent)
-        inner = raw["observation"] if self.masked else raw
+        inner = raw[self.state_key] if self.masked else raw
         if self.flatten:
             inner = np.asarray(inner, np.float32).reshape(-1)
         elif self.board:
@@ -301,7 +325,7 @@ class PettingZooAECAdapter:
         if moving:  # kept for step()'s legality check: the board is not observed twice
             self._mover_mask = np.asarray(raw["action_mask"])
         mask = self._mover_mask if moving else self._all_legal
-        return {"observation": inner, "action_mask": mask}
+        return {self.state_key: inner, "action_mask": mask}
 
     def _observations(self) -> list:
         mover = self.env.agent_selection
@@ -313,6 +337,8 @@ class PettingZooAECAdapter:
         self.env.reset(seed=seed, options=options)
         self._play_opening()
         self._returns = np.zeros(self.num_agents)
+        self._done = [False] * self.num_agents
+        self._cut = [False] * self.num_agents
         mover = self.env.agent_selection
         infos = [{"is_active": a == mover, "acts_next": a == mover} for a in self.agent_names]
         return self._observations(), infos
@@ -340,26 +366,46 @@ class PettingZooAECAdapter:
                 legal = np.flatnonzero(mask).tolist()
                 raise ValueError(f"{mover!r} played the illegal action {action} (legal: {legal})")
         self.env.step(action)
-        rewards = [float(self.env.rewards.get(a, 0.0)) for a in self.agent_names]
+        rewards = self._step_rewards()
+        # agents out of the game before its end are stepped out by PettingZoo's rule (their
+        # turn comes with action None); the game goes on while any agent is in it
+        while self.env.agents and not all(self._done) and self._is_out(self.env.agent_selection):
+            self.env.step(None)
+            rewards += self._step_rewards()
         self._returns += rewards
+        rewards = rewards.tolist()
         infos = [{"is_active": a == mover} for a in self.agent_names]
-        terminated = any(self.env.terminations.get(a, False) for a in self.agent_names)
-        truncated = any(self.env.truncations.get(a, False) for a in self.agent_names)
-        if terminated or truncated or not self.env.agents:
+        n = self.num_agents
+        if all(self._done) or not self.env.agents:
             for i, info in enumerate(infos):
                 ret = float(self._returns[i])
                 info["true_objective"] = self._objective(ret) if self._objective else ret
             self.final_frame = self.render() if self.render_mode == "rgb_array" else None
+            cut = list(self._cut)
             new_obs, first = self.reset()
             for info, start in zip(infos, first):
                 info["acts_next"] = start["acts_next"]
-            n = self.num_agents
-            return new_obs, rewards, [terminated] * n, [truncated and not terminated] * n, infos
+            return new_obs, rewards, [not c for c in cut], cut, infos
         following = self.env.agent_selection
         for a, info in zip(self.agent_names, infos):
             info["acts_next"] = a == following
-        n = self.num_agents
         return self._observations(), rewards, [False] * n, [False] * n, infos
+
+    def _step_rewards(self) -> np.ndarray:
+        """Each agent's reward of the env's last step; marks the agents it put out of the
+        game (terminated or truncated, or gone from `agents`)."""
+        env = self.env
+        live = set(env.agents)
+        for i, a in enumerate(self.agent_names):
+            if self._done[i]:
+                continue
+            term, trunc = bool(env.terminations.get(a, False)), bool(env.truncations.get(a, False))
+            if term or trunc or a not in live:
+                self._done[i], self._cut[i] = True, trunc and not term
+        return np.array([float(env.rewards.get(a, 0.0)) for a in self.agent_names])
+
+    def _is_out(self, agent: Any) -> bool:
+        return bool(self.env.terminations.get(agent) or self.env.truncations.get(agent))
 
     def render(self) -> Any:
         return self.env.render()

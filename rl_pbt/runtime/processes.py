@@ -291,10 +291,13 @@ def build_worker(
     share = policy_share(cfg, spec.num_agents, worker_idx)
     if share is not None:
         matchmaker = LeastServedMatchmaker(share, cfg.policy_focus_env_steps)
+    # envs seed themselves from cfg.seed and their id: the run's seed, drawn when --seed was
+    # not given, so that --seed=S repeats a run that drew S
+    env_cfg = cfg if cfg.seed is not None else Cfg({**cfg.to_dict(), "seed": spec.run_seed})
     worker = RolloutWorker(
         cfg,
         worker_idx,
-        partial(_make_env_for, cfg),
+        partial(_make_env_for, env_cfg),
         spec.make_model,
         spec.buffers,
         spec.pool,
@@ -307,7 +310,7 @@ def build_worker(
         should_stop,
         blocking=blocking,
         make_env_batch=(
-            partial(_make_env_batch_for, cfg)
+            partial(_make_env_batch_for, env_cfg)
             if cfg.batched_envs and has_batched_env(cfg.env)
             else None
         ),

@@ -250,3 +250,41 @@ def test_real_pettingzoo_parallel_env_subclass():
     assert term == [True, True] and rew == [1.0, 0.0]
     obs, rew, term, trunc, infos = env.step([1, 1])
     assert obs[1].any() and not any(term)
+
+
+class MaskedParallelEnv(ScriptedParallelEnv):
+    """The scripted env with a mask beside its observations: one legal action per agent."""
+
+    def observation_space(self, agent):
+        return spaces.Dict(
+            {
+                "observation": spaces.Box(-10.0, 10.0, (2,), np.float32),
+                "action_mask": spaces.Box(0, 1, (3,), np.int8),
+            }
+        )
+
+    def _obs(self, agent):
+        return {"observation": super()._obs(agent), "action_mask": np.array([0, 1, 0], np.int8)}
+
+
+def test_a_masked_agent_that_left_still_has_a_legal_action():
+    """Its placeholder observation had an all-zero mask, and the worker stops a run on a mask
+    with no legal action: a masked ParallelEnv whose agents leave early could not train."""
+    env = PettingZooParallelAdapter(MaskedParallelEnv(horizon=5), seed=1)
+    env.reset()
+    for _ in range(3):  # "b" leaves at step 2
+        obs, _, term, trunc, infos = env.step([1, 1, 1])
+    assert infos[1]["is_active"] is False
+    assert obs[1]["action_mask"].tolist() == [1, 1, 1] and not obs[1]["observation"].any()
+    assert obs[0]["action_mask"].tolist() == [0, 1, 0]
+
+
+def test_an_aec_env_given_as_a_parallel_env_is_named():
+    """Every AEC env has `possible_agents` too: the check never fired, and the user got an
+    unrelated error later (a 'cannot unpack NoneType' at reset)."""
+    pytest.importorskip("pettingzoo")
+    from pettingzoo.classic import rps_v2
+
+    with pytest.raises(TypeError, match="register_pettingzoo_aec_env"):
+        PettingZooParallelAdapter(rps_v2.env())
+    PettingZooParallelAdapter(rps_v2.parallel_env())  # the parallel one is taken

@@ -9,6 +9,7 @@ import os
 
 import numpy as np
 import pytest
+from gymnasium import spaces
 
 pytest.importorskip("pettingzoo")
 
@@ -140,3 +141,97 @@ def test_connect_four_self_play_trains_without_an_illegal_move(tmp_path):
     with open(os.path.join(tmp_path, "c4", "summary.json")) as f:
         summary = json.load(f)
     assert summary["policies"]["0"]["episodes"] > 50
+
+
+class KnockOut:
+    """AEC API, three players moving in turn. "p2" is knocked out by the third move (reward -1,
+    terminated) and the others play on; at the ninth move "p0" wins (+1) and "p1" loses (-1).
+    The game state is under the key "board" (beside "action_mask")."""
+
+    metadata = {"render_modes": []}
+    possible_agents = ["p0", "p1", "p2"]
+    _obs = spaces.Dict(
+        {
+            "board": spaces.Box(0, 20, (3,), np.float32),
+            "action_mask": spaces.Box(0, 1, (2,), np.int8),
+        }
+    )
+
+    def observation_space(self, agent):
+        return self._obs
+
+    def action_space(self, agent):
+        return spaces.Discrete(2)
+
+    def agent_iter(self):  # the AEC API's marker
+        return iter(())
+
+    def observe(self, agent):
+        assert agent in self.agents, f"{agent} observed after it left"
+        return {"board": self.moves_of.copy(), "action_mask": np.array([1, 0], np.int8)}
+
+    def reset(self, seed=None, options=None):
+        self.agents = list(self.possible_agents)
+        self.rewards = {a: 0.0 for a in self.agents}
+        self.terminations = {a: False for a in self.agents}
+        self.truncations = {a: False for a in self.agents}
+        self.moves_of = np.zeros(3, np.float32)
+        self.moves = 0
+        self.agent_selection = "p0"
+        self.dead_steps = 0
+
+    def step(self, action):
+        agent = self.agent_selection
+        if self.terminations[agent] or self.truncations[agent]:  # PettingZoo's dead step
+            assert action is None
+            self.dead_steps += 1
+            for d in (self.rewards, self.terminations, self.truncations):
+                del d[agent]
+            self.agents.remove(agent)
+            self.rewards = {a: 0.0 for a in self.agents}
+            self.agent_selection = self._next_after
+            return
+        self.rewards = {a: 0.0 for a in self.agents}
+        self.moves_of[self.possible_agents.index(agent)] += 1
+        self.moves += 1
+        live = [a for a in self.agents if not self.terminations[a]]
+        nxt = live[(live.index(agent) + 1) % len(live)]
+        if self.moves == 3:  # p2 is out: PettingZoo selects it for its dead step first
+            self.rewards["p2"], self.terminations["p2"] = -1.0, True
+            self._next_after, nxt = "p0", "p2"
+        if self.moves == 9:
+            self.rewards["p0"], self.rewards["p1"] = 1.0, -1.0
+            self.terminations["p0"] = self.terminations["p1"] = True
+        self.agent_selection = nxt
+
+
+def test_a_player_knocked_out_waits_while_the_others_play_on():
+    """An agent's termination ended the whole game (everyone scored on the returns so far,
+    the env reset mid-game): now the game ends when every agent is out of it."""
+    pz = KnockOut()
+    env = PettingZooAECAdapter(pz, seed=0)
+    obs, infos = env.reset()
+    assert set(obs[0]) == {"board", "action_mask"}
+    steps, ended = 0, None
+    while ended is None:
+        obs, rewards, term, trunc, infos = env.step([0, 0, 0])
+        steps += 1
+        if steps == 3:  # p2 knocked out: its reward now, its end held for the game's end
+            assert rewards == [0.0, 0.0, -1.0] and term == [False] * 3 and pz.dead_steps == 1
+        if steps > 3:  # p2 waits: zeros, any action legal, never to move
+            assert not infos[2]["is_active"] and not infos[2]["acts_next"]
+            assert obs[2]["action_mask"].tolist() == [1, 1] and not obs[2]["board"].any()
+        if all(term):
+            ended = steps, rewards, infos
+        assert steps < 20
+    steps, rewards, infos = ended
+    assert steps == 9 and rewards == [1.0, -1.0, 0.0]
+    assert [i["true_objective"] for i in infos] == [1.0, -1.0, -1.0]
+
+
+def test_a_game_state_under_two_keys_is_named():
+    class TwoKeys(KnockOut):
+        _obs = spaces.Dict({**KnockOut._obs.spaces, "extra": spaces.Box(0, 1, (1,), np.float32)})
+
+    with pytest.raises(ValueError, match="one key of game state"):
+        PettingZooAECAdapter(TwoKeys())

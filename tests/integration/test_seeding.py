@@ -52,3 +52,23 @@ def test_serial_run_repeats_with_a_seed_and_differs_without(tmp_path, capsys):
         assert ep_a["episodes"] == ep_b["episodes"] > 0
         assert ep_a["recent_returns"] == ep_b["recent_returns"]
     assert not torch.equal(flat(a[0]), flat(a[1]))  # each policy its own start
+
+
+def test_a_run_that_drew_its_seed_is_repeated_by_that_seed(tmp_path, capsys):
+    """Without --seed, the envs got no seed and drew fresh entropy of their own (connect four's
+    random openings): `--seed=S` with the logged S trained other weights."""
+    base = ["--env=connect_four", "--serial_mode", "--num_workers=1", "--num_envs_per_worker=4",
+            "--rollout=16", "--batch_size=128", "--encoder_mlp_layers", "16",
+            "--train_for_env_steps=600", f"--train_dir={tmp_path}"]  # fmt: skip
+    weights = []
+    for name, extra in (("drawn", []), ("given", None)):
+        if extra is None:
+            drawn = re.search(
+                r"seed (\d+) \(random; --seed=\1 repeats it\)", capsys.readouterr().out
+            )
+            assert drawn
+            extra = [f"--seed={drawn.group(1)}"]
+        assert train(parse_cfg([*base, f"--experiment={name}", *extra])) == 0
+        path = sorted(glob.glob(os.path.join(tmp_path, name, "checkpoint_p0", "*.pth")))[-1]
+        weights.append(flat(read_checkpoint(path)))
+    assert torch.equal(weights[0], weights[1])
