@@ -243,9 +243,9 @@ class PettingZooAECAdapter:
     waiting agent's mask allows every action (its action is ignored anyway). A player knocked
     out before the game's end (terminated or truncated alone) is stepped out as PettingZoo
     says (action None on its turn) and waits, with zero observations, until the game ends:
-    when every agent is out of it. Then every agent is done, with `info["true_objective"]` its return of the game (or
-    `objective(return)`, e.g. 1 win / 0.5 draw / 0 loss), and the returned observations start
-    the next game.
+    when every agent is out of it. Then every agent is done, with `info["true_objective"]` its
+    return of the game (or `objective(return)`, e.g. 1 win / 0.5 draw / 0 loss), and the
+    returned observations start the next game.
     """
 
     is_multiagent = True

@@ -855,9 +855,12 @@ class Learner:
 
     def _settle_optimizer(self) -> None:
         """After loading a checkpoint (perhaps written on another device): this learner's
-        Adam kernel, and its state where that kernel expects it."""
+        Adam kernel, and its state where that kernel expects it; eps and betas of this run's
+        flags (a resume may change them; the checkpoint's would stand for good)."""
+        cfg = self.cfg
         for group in self.optimizer.param_groups:
             group.update(fused=self.fused_adam, foreach=None, capturable=False)
+            group.update(eps=cfg.adam_eps, betas=(cfg.adam_beta1, cfg.adam_beta2))
         for p in self.model.parameters():
             st = self.optimizer.state.get(p)
             if not st:

@@ -41,23 +41,20 @@ class RunLock:
             f"({self._holder()}; lock {self.path}); stop it first or choose another --experiment"
         )
 
-    def check(self) -> None:
-        """Raise ConfigError when another process holds the lock; holds and writes nothing."""
-        try:
-            fd = os.open(self.path, os.O_RDONLY)
-        except OSError:
-            return  # no lock file: no run holds it (a holder creates it first)
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            raise self._conflict() from None
-        finally:
-            os.close(fd)  # closing drops a lock taken here
-
     def acquire(self) -> None:
-        """Hold the lock until `release` (or the end of the process); ConfigError if taken."""
-        os.makedirs(os.path.dirname(self.path) or ".", exist_ok=True)
-        fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o666)
+        """Hold the lock until `release` (or the end of the process); ConfigError if taken.
+        Nothing to do when this object holds it already."""
+        if self.fd is not None:
+            return
+        folder = os.path.dirname(self.path) or "."
+        try:
+            os.makedirs(folder, exist_ok=True)
+            fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o666)
+        except OSError as e:  # e.g. a path the permissions allow on paper (root, /proc)
+            raise ConfigError(
+                f"--train_dir={folder!r}: cannot make {self.path} ({e.strerror or e}); give a "
+                "folder you can write to"
+            ) from None
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
@@ -72,3 +69,6 @@ class RunLock:
         if self.fd is not None:
             os.close(self.fd)
             self.fd = None
+
+    def __del__(self) -> None:  # a Runner made and never run (tests, a failed start)
+        self.release()

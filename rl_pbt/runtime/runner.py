@@ -452,13 +452,30 @@ class Runner:
         self.buffers = self._allocate_buffers(template)
         self._replayer = self._check_pbt_inputs()
 
-        # a second run on the same folder stops here, before anything on disk is touched
-        # (run() takes the lock and holds it until the end)
+        # a second run on the same folder stops here, before anything on disk is touched: the
+        # lock is taken now and held until the end of run() (released if the start fails)
         self.run_lock = RunLock(cfg.train_dir, cfg.experiment)
-        self.run_lock.check()
+        self.run_lock.acquire()
+        try:
+            self._open_experiment(cfg, template)
+        except BaseException:
+            self.run_lock.release()
+            raise
+
+    def _open_experiment(self, cfg: Cfg, template) -> None:
+        """The experiment folder (new, or resumed), the shared memory, queues, statistics, PBT
+        and self-play state of the run; its config.json last."""
         saved = _saved_config(experiment_dir(cfg))  # before prepare may move it aside
         self.exp_dir, self.resuming = prepare_experiment_dir(cfg)
         self.resume_hparams: dict[str, float] = {}
+        # a PBT run resumed without PBT: each member keeps the values PBT gave it, so the
+        # starting values of --policy_values are not laid over them again
+        self.pbt_stopped = (
+            self.resuming and bool((saved or {}).get("with_pbt")) and not cfg.with_pbt
+        )
+        self.policy_values_unused = self.pbt_stopped and self.policy_values is not None
+        if self.policy_values_unused:
+            self.policy_values = None
         if self.resuming:
             problem = saved_network_problem(self.exp_dir, template)
             if problem:
@@ -769,6 +786,8 @@ class Runner:
         note = action_box_note(self.action_space)
         if note:
             log(f"WARNING: {note}")
+        if self.policy_values_unused:
+            log(f"{cfg.policy_values} not used: each member keeps the values PBT gave it")
         if self.policy_values is not None:
             values = describe_values(self.policy_values)
             if not cfg.with_pbt:
@@ -804,7 +823,7 @@ class Runner:
                     f"--selfplay_snapshot_every_env_steps={every} is not below "
                     f"--train_for_env_steps={cfg.train_for_env_steps} (set it lower)"
                 )
-        self.run_lock.acquire()
+        self.run_lock.acquire()  # held since __init__ (again after a release)
         try:
             status = self._run_serial() if cfg.serial_mode else self._run_parallel()
         finally:
@@ -978,8 +997,11 @@ class Runner:
                 log(f"no exact resume for this run: {blockers[0]}")
             return
         try:
+            # after a copy, the episodes that began on the replaced weights must still not
+            # count for PBT once they end after the resume
+            own = {"copied_version": dict(self.copied_version)}
             serial_state.save(
-                self.exp_dir, self.cfg, self.buffers, self.free_queue, learners, workers
+                self.exp_dir, self.cfg, self.buffers, self.free_queue, learners, workers, own
             )
         except (CheckpointWriteError, TypeError) as e:
             serial_state.remove(self.exp_dir)
@@ -1003,6 +1025,8 @@ class Runner:
                 workers[i] = self._worker_factory(i, lambda: False, blocking=False)
             return
         serial_state.restore(state, self.buffers, self.free_queue, learners, workers)
+        own = state.get("runner") or {}  # a state saved before the runner had a part: none
+        self.copied_version = {int(p): int(v) for p, v in own.get("copied_version", {}).items()}
         log(f"resumed exactly where the run stopped ({serial_state.FILE_NAME}: envs replayed)")
 
     def _start_processes(self, ctx) -> None:

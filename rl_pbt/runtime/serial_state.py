@@ -131,10 +131,14 @@ def layout(cfg, buffers: TrajectoryBuffers) -> dict:
 
 
 # --- the file -----------------------------------------------------------------------------
-def save(exp_dir: str, cfg, buffers, free_queue, learners: dict, workers: list) -> None:
+def save(
+    exp_dir: str, cfg, buffers, free_queue, learners: dict, workers: list, runner: dict
+) -> None:
     """Write the serial run's state. Call at the end of a loop turn, after the learners
-    saved their checkpoints (their versions and step counts identify them)."""
+    saved their checkpoints (their versions and step counts identify them). `runner`: the
+    runner's own part (e.g. which episodes began on weights a PBT copy replaced)."""
     state = {
+        "runner": runner,
         "format": FORMAT,
         "layout": layout(cfg, buffers),
         "learners": {

@@ -74,11 +74,13 @@ def test_overwrite_refuses_a_link_to_elsewhere(tmp_path):
 def test_overwrite_deletes_a_run_this_trainer_made(tmp_path):
     runner = Runner(cfg_for(tmp_path, "made"))
     runner.stats.close()
+    runner.run_lock.release()
     exp = tmp_path / "runs" / "made"
     assert (exp / ".rl_pbt_experiment").is_file()
     (exp / "old_file.txt").write_text("old")
     runner = Runner(cfg_for(tmp_path, "made", "--restart_behavior=overwrite"))
     runner.stats.close()
+    runner.run_lock.release()
     assert not (exp / "old_file.txt").exists() and (exp / "config.json").is_file()
 
 
@@ -202,6 +204,7 @@ def test_a_broken_pbt_state_is_rebuilt_not_reset(tmp_path, damage):
     first = _pbt_run(tmp_path, 1000)
     hparams = [dict(h) for h in first.pbt.hparams]
     first.stats.close()
+    first.run_lock.release()
     exp = tmp_path / "runs" / "pbt"
     state = exp / "pbt" / "state.json"
     if damage == "missing":
@@ -218,10 +221,13 @@ def test_a_broken_pbt_state_is_rebuilt_not_reset(tmp_path, damage):
     # no instant PBT step on resume: a period counts from the steps first seen
     assert again.pbt.update([50_000_000] * 3) == []
     again.stats.close()
+    again.run_lock.release()
 
 
 def test_a_broken_pbt_state_without_policy_files_stops_with_its_name(tmp_path):
-    _pbt_run(tmp_path, 1000).stats.close()
+    done = _pbt_run(tmp_path, 1000)
+    done.stats.close()
+    done.run_lock.release()
     exp = tmp_path / "runs" / "pbt"
     (exp / "pbt" / "state.json").unlink()
     (exp / "policy_01_cfg.json").unlink()
@@ -285,6 +291,7 @@ def test_warm_up_episodes_are_not_scored(tmp_path):
     assert len(lengths) >= 40
     assert set(lengths) == {FixedLength.LENGTH}  # no partial first episode among them
     runner.stats.close()
+    runner.run_lock.release()
 
 
 def test_old_checkpoints_are_not_deleted_through_a_link(tmp_path):
@@ -308,6 +315,7 @@ def test_old_checkpoints_are_not_deleted_through_a_link(tmp_path):
         learner.version += 1
     assert len(glob.glob(str(tmp_path / "runs" / "linkck" / "checkpoint_p1" / "*.pth"))) == 1
     runner.stats.close()
+    runner.run_lock.release()
 
 
 @pytest.mark.parametrize("mode", ["serial", "processes"])
@@ -365,5 +373,6 @@ def test_a_failed_side_write_at_the_stop_leaves_the_others(tmp_path, monkeypatch
     monkeypatch.setattr(runner, "_write_summary", full_disk)
     runner._save_side_state()
     runner.stats.close()
+    runner.run_lock.release()
     assert state_path.is_file()
     assert "could not write summary.json: No space left on device" in capsys.readouterr().out

@@ -206,6 +206,7 @@ def test_main_process_never_touches_cuda_with_gpus_visible(tmp_path, monkeypatch
         assert proc.target.__module__.startswith("rl_pbt.")  # module-level entry points
     assert recorder.calls == []
     runner.stats.close()
+    runner.run_lock.release()
 
 
 def test_auto_inference_on_cuda_acts_in_the_workers_for_a_small_policy(tmp_path, monkeypatch):
@@ -217,6 +218,7 @@ def test_auto_inference_on_cuda_acts_in_the_workers_for_a_small_policy(tmp_path,
     assert "small policy" in runner.inference_why
     assert recorder.calls == []
     runner.stats.close()
+    runner.run_lock.release()
 
 
 def test_learners_per_device_share_one_process(tmp_path, monkeypatch):
@@ -227,6 +229,7 @@ def test_learners_per_device_share_one_process(tmp_path, monkeypatch):
     assert runner.learner_queues[0] is runner.learner_queues[2]
     assert runner.learner_queues[0] is not runner.learner_queues[1]
     runner.stats.close()
+    runner.run_lock.release()
 
 
 def test_fork_with_cuda_is_refused(tmp_path, monkeypatch):
@@ -395,6 +398,7 @@ def _first_weights(tmp_path, name, seed_flags):
     finally:
         runner._shutdown()
         runner.stats.close()
+        runner.run_lock.release()
 
 
 def test_policies_start_from_different_weights_and_a_seed_repeats_them(tmp_path):
@@ -423,3 +427,4 @@ def test_run_spec_pickles_for_spawn(tmp_path):
         pickle.loads(pickle.dumps(getattr(spec, name)))
     assert spec.registry["local_cartpole"].make_env is make_local_cartpole
     runner.stats.close()
+    runner.run_lock.release()

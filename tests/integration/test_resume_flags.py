@@ -64,3 +64,54 @@ def test_a_pbt_run_resumed_without_pbt_keeps_each_members_shaping(tmp_path):
         given = flatten_shaping(read_json(policy_shaping_path(exp, p)))
         assert given["rew.lure"] == lure  # what PBT started member p from
         assert flatten_shaping(runner._policy_shaping(p)) == given
+
+
+def test_the_starting_values_are_not_laid_again_over_pbts_at_a_resume_without_pbt(tmp_path):
+    """With the run's --policy_values still on the command line, a resume without --with_pbt
+    put every member back on those starting values (learning rate and shaping) while its note
+    said each member keeps the values it has."""
+    import json
+
+    from rl_pbt.logging.files import policy_shaping_path
+    from rl_pbt.pbt.search_space import flatten_shaping
+    from rl_pbt.runtime.runner import Runner
+
+    run = ["--env=lure", "--serial_mode", "--num_workers=1", "--num_envs_per_worker=4",
+           "--rollout=16", "--batch_size=64", "--encoder_mlp_layers", "16", "--seed=3",
+           "--num_policies=2", f"--train_dir={tmp_path}", "--experiment=v"]  # fmt: skip
+    values = tmp_path / "values.json"
+    values.write_text('[{"rew.lure": 1.5, "learning_rate": 5e-4}, {"rew.lure": 0.5}]')
+    start = [f"--policy_values={values}", "--train_for_env_steps=1000"]
+    assert train(parse_cfg(run + ["--with_pbt"] + start)) == 0
+    exp = tmp_path / "v"
+    # what PBT would have made of member 0 by now
+    path = policy_shaping_path(str(exp), 0)
+    shaping = json.loads(open(path).read())
+    shaping["lure"] = 2.5
+    open(path, "w").write(json.dumps(shaping))
+    runner = Runner(parse_cfg(run + start))
+    assert flatten_shaping(runner._policy_shaping(0))["rew.lure"] == 2.5
+    assert flatten_shaping(runner._policy_shaping(1))["rew.lure"] == 0.5
+    runner._initial_messages()  # the checkpoints' learning values stand: nothing sent
+    assert sum(runner.pbt_unapplied.values()) == 0
+    runner.stats.close()
+    runner.run_lock.release()
+
+
+def test_changed_adam_flags_apply_at_the_resume(tmp_path):
+    """Loading the optimiser's state brought back the first run's eps and betas, for good,
+    while the note listed the change and config.json recorded it."""
+    import torch
+
+    run = BASE + [f"--train_dir={tmp_path}", "--experiment=adam"]
+    assert train(parse_cfg(run + ["--train_for_env_steps=1000"])) == 0
+    adam = ["--adam_eps=0.01", "--adam_beta1=0.5", "--adam_beta2=0.9"]
+    assert train(parse_cfg(run + adam + ["--train_for_env_steps=2000"])) == 0
+    path = latest_checkpoint(str(tmp_path / "adam" / "checkpoint_p0"))
+    state = read_checkpoint(path)
+    assert state["env_steps"] >= 2000
+    group = state["optimizer"]["param_groups"][0]
+    assert group["eps"] == 0.01 and tuple(group["betas"]) == (0.5, 0.9)
+    assert any(
+        torch.is_tensor(v) for st in state["optimizer"]["state"].values() for v in st.values()
+    )

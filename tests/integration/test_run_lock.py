@@ -31,23 +31,42 @@ def test_lock_is_exclusive_and_dies_with_its_holder(tmp_path):
     holder.start()
     assert ready.wait(60)
     with pytest.raises(ConfigError, match=rf"pid {holder.pid} .*--experiment"):
-        RunLock(str(tmp_path), "exp").check()
-    with pytest.raises(ConfigError, match=f"pid {holder.pid}"):
         RunLock(str(tmp_path), "exp").acquire()
     RunLock(str(tmp_path), "other").acquire()  # another experiment is free
     os.kill(holder.pid, signal.SIGKILL)  # no chance to clean up: the kernel drops the lock
     holder.join(10)
     mine = RunLock(str(tmp_path), "exp")
-    mine.check()
     mine.acquire()
     assert f"pid {os.getpid()}" in open(lock_path(str(tmp_path), "exp")).read()
     mine.release()
 
 
-def test_check_writes_nothing(tmp_path):
-    RunLock(str(tmp_path / "missing"), "exp").check()
-    RunLock(str(tmp_path), "exp").check()
-    assert not os.path.exists(tmp_path / "missing") and os.listdir(tmp_path) == []
+def test_a_refused_start_leaves_the_folder_alone(tmp_path):
+    """The lock is taken before the folder is touched: a second start of the experiment used
+    to pass a check that held nothing and then, in the seconds before the first run took the
+    lock, delete the folder (--restart_behavior=overwrite) or write its config.json."""
+    from rl_pbt import parse_cfg
+    from rl_pbt.runtime.runner import Runner
+
+    def cfg(*extra):
+        return parse_cfg(["--env=CartPole-v1", "--serial_mode", "--num_workers=1",
+                          "--num_envs_per_worker=2", "--rollout=8", "--batch_size=16",
+                          f"--train_dir={tmp_path}", "--experiment=exp", *extra])  # fmt: skip
+
+    first = Runner(cfg("--encoder_mlp_layers", "8"))  # started, holding the folder
+    config = tmp_path / "exp" / "config.json"
+    before = config.read_text()
+    (tmp_path / "exp" / "keep").write_text("a file of the run")
+    for extra in (
+        ["--encoder_mlp_layers", "8", "--learning_rate=0.01"],
+        ["--restart_behavior=overwrite"],
+    ):
+        with pytest.raises(ConfigError, match="another run is using this experiment folder"):
+            Runner(cfg(*extra))
+        assert config.read_text() == before and (tmp_path / "exp" / "keep").exists()
+    first.stats.close()
+    first.run_lock.release()
+    Runner(cfg("--encoder_mlp_layers", "8")).run_lock.release()  # free again
 
 
 def test_second_run_on_a_folder_in_use_exits_2_naming_the_first(tmp_path):

@@ -228,3 +228,39 @@ def test_an_env_that_replays_differently_resumes_from_the_checkpoints(
     assert "serial_state.pt not used" in out and "set_state() failed" in out
     assert "resumed exactly" not in out
     assert min(s["env_steps"] for s in final_states(exp)) >= 3000
+
+
+def test_a_stop_just_after_a_pbt_copy_resumes_exactly(tmp_path, monkeypatch, capsys):
+    """Which episodes began on the weights a PBT copy replaced (they do not count for PBT) was
+    not saved: after a stop just after a copy they counted, PBT decided otherwise, and the
+    resumed run went another way while its log said it resumed exactly."""
+    import envs  # noqa: F401  (registers the arena)
+    from rl_pbt.pbt.lineage import read_events
+
+    extra = ["--env=arena_duel", "--encoder_mlp_layers", "16", "--arena_episode_steps=40",
+             "--with_pbt", "--pbt_start_mutation=400", "--pbt_period_env_steps=400",
+             "--pbt_replace_fraction=0.5", "--pbt_replace_reward_gap=0",
+             "--train_for_env_steps=3000", "--seed=3"]  # fmt: skip
+    status, whole = run(tmp_path, "whole", *extra)
+    assert status == 0
+    expected = final_states(whole)
+    real, stopped_at = runner_module.Runner._tick, []
+
+    def tick(self, final=False):
+        done = real(self, final)
+        if not final and self.copied_version and not stopped_at:
+            stopped_at.append(dict(self.copied_version))
+            os.kill(os.getpid(), signal.SIGTERM)
+        return done
+
+    with monkeypatch.context() as m:
+        m.setattr(runner_module.Runner, "_tick", tick)
+        assert run(tmp_path, "stopped", *extra)[0] == 1
+    assert stopped_at  # a copy landed, and the run stopped at the next turn
+    status, exp = run(tmp_path, "stopped", *extra)
+    assert status == 0
+    assert "resumed exactly where the run stopped" in capsys.readouterr().out
+    assert_same_training(final_states(exp), expected)
+    lineage = [read_events(os.path.join(d, "pbt", "lineage.jsonl")) for d in (whole, exp)]
+    strip = [[{k: v for k, v in e.items() if k != "time"} for e in ev] for ev in lineage]
+    assert strip[0] == strip[1]
