@@ -31,18 +31,35 @@ def policy_device(policy_id: int, num_gpus: int, device_flag: str = "auto") -> s
     return f"cuda:{policy_id % num_gpus}"
 
 
+def _leading_int(text: str) -> Optional[int]:
+    """The integer `text` starts with (a sign, then digits: '1gpu' is 1), else None."""
+    digits = text[1:] if text[:1] in "+-" else text
+    n = len(digits) - len(digits.lstrip("0123456789"))
+    return int(text[: len(text) - len(digits) + n]) if n else None
+
+
 def _visible_devices_env() -> Optional[list[str]]:
-    """The entries of CUDA_VISIBLE_DEVICES, or None when it is not set."""
+    """The devices CUDA_VISIBLE_DEVICES lets CUDA see, as CUDA reads it, or None when it is not
+    set: UUIDs ('GPU-...', 'MIG-...') while entries have the first one's prefix; otherwise
+    each entry's leading integer, up to the first entry without one or a negative one; a
+    device named twice hides every device."""
     value = os.environ.get("CUDA_VISIBLE_DEVICES")
     if value is None:
         return None
-    entries = [v.strip() for v in value.split(",") if v.strip()]
-    # CUDA stops at the first invalid entry: '-1' (or anything negative) hides what follows
-    out = []
+    entries = [v.strip() for v in value.split(",")]
+    prefix = next((p for p in ("GPU-", "MIG-") if entries[0].startswith(p)), None)
+    out: list[str] = []
     for v in entries:
-        if v.lstrip("-").isdigit() and int(v) < 0:
+        if prefix is not None:
+            key = v if v.startswith(prefix) else None
+        else:
+            k = _leading_int(v)
+            key = str(k) if k is not None and k >= 0 else None
+        if key is None:
             break
-        out.append(v)
+        if key in out:
+            return []
+        out.append(key)
     return out
 
 
@@ -82,7 +99,10 @@ def _child_count() -> int:
 
 
 def probe_gpu_count() -> int:
-    """Visible CUDA devices, counted without touching `torch.cuda` in this process."""
+    """Visible CUDA devices, counted without touching `torch.cuda` in this process; none for
+    a CPU build of torch (NVML may see the machine's GPUs, but this torch cannot use them)."""
+    if not torch_built_for_gpus():
+        return 0
     visible = _visible_devices_env()
     if visible is not None and not visible:
         return 0

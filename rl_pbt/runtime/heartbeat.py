@@ -5,6 +5,7 @@ The runner reads them to name a component that died or hangs, and what it was do
 
 from __future__ import annotations
 
+import multiprocessing
 import os
 import time
 
@@ -94,10 +95,17 @@ class Heartbeats:
 class ParentWatch:
     """Tells a child process that the runner that started it is gone (killed, crashed), so
     the child stops instead of spinning on as an orphan: learners then save their checkpoints
-    on the way out. Create it in the child; `gone()` is one cheap system call."""
+    on the way out. Create it in the child; `gone()` is one cheap system call.
+
+    The runner is the process that created the child through multiprocessing (its sentinel
+    closes when it dies), not the child's OS parent: under forkserver that is the fork
+    server, which outlives the runner as long as its children do."""
 
     def __init__(self):
-        self.parent = os.getppid()
+        self.runner = multiprocessing.parent_process()
+        self.parent = os.getppid()  # a process not started by multiprocessing
 
     def gone(self) -> bool:
+        if self.runner is not None:
+            return not self.runner.is_alive()
         return os.getppid() != self.parent

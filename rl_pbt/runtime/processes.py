@@ -39,7 +39,7 @@ from rl_pbt.memory.param_store import ParamStore
 from rl_pbt.memory.slots import SlotPool
 from rl_pbt.models.actor_critic import make_actor_critic
 from rl_pbt.runtime.devices import derive_seed
-from rl_pbt.runtime.heartbeat import Heartbeats
+from rl_pbt.runtime.heartbeat import Heartbeats, ParentWatch
 
 
 @dataclass
@@ -162,8 +162,8 @@ def _end_if_orphaned(grace_s: float) -> None:
     `ParentWatch` in its loop. If its main thread is blocked for good instead (on a shared
     queue left locked by the killed runner), this thread ends the process after a grace
     period, so that no process outlives the run."""
-    parent = os.getppid()
-    while os.getppid() == parent:
+    watch = ParentWatch()
+    while not watch.gone():
         time.sleep(1.0)
     time.sleep(grace_s)
     os._exit(1)

@@ -428,3 +428,57 @@ def test_run_spec_pickles_for_spawn(tmp_path):
     assert spec.registry["local_cartpole"].make_env is make_local_cartpole
     runner.stats.close()
     runner.run_lock.release()
+
+
+WATCHED = """
+import multiprocessing, os, sys, time
+
+
+def child(path):
+    from rl_pbt.runtime.heartbeat import ParentWatch
+
+    watch = ParentWatch()
+    open(path + ".started", "w").close()
+    start = time.monotonic()
+    while not watch.gone() and time.monotonic() - start < 30:
+        time.sleep(0.05)
+    with open(path, "w") as f:
+        f.write("gone" if watch.gone() else "still there")
+
+
+if __name__ == "__main__":
+    sys.path.insert(0, sys.argv[1])
+    ctx = multiprocessing.get_context(sys.argv[2])
+    ctx.Process(target=child, args=(sys.argv[3],)).start()
+    time.sleep(60)
+"""
+
+
+@pytest.mark.parametrize("method", ["fork", "forkserver", "spawn"])
+def test_a_child_sees_its_runner_die_under_every_start_method(tmp_path, method):
+    """Under forkserver (chosen on CUDA) a child's OS parent is the fork server, which lives
+    as long as its children: children watching their OS parent never saw the runner die, and
+    learners never saved, workers never stopped."""
+    script = tmp_path / "runner.py"
+    script.write_text(WATCHED)
+    out = tmp_path / "seen"
+    env = dict(os.environ, PYTHONPATH=ROOT)
+    runner = subprocess.Popen([sys.executable, str(script), ROOT, method, str(out)], env=env,
+                              start_new_session=True)  # fmt: skip
+    try:
+        deadline = time.monotonic() + 60
+        while not os.path.exists(f"{out}.started") and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert os.path.exists(f"{out}.started")
+        runner.kill()
+        runner.wait()
+        deadline = time.monotonic() + 10
+        while not out.exists() and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert out.exists() and out.read_text() == "gone"
+    finally:
+        runner.kill()
+        try:
+            os.killpg(runner.pid, 9)  # the child and a fork server, whatever happened
+        except ProcessLookupError:
+            pass

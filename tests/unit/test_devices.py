@@ -33,11 +33,35 @@ def test_negative_policy_rejected():
 # --- counting GPUs without CUDA in this process; start methods -------------------------------
 
 
-def fake_nvml(monkeypatch, count):
+def fake_nvml(monkeypatch, count, gpu_torch=True):
+    """NVML reporting `count` GPUs, beside a torch built for GPUs (or not)."""
     module = types.SimpleNamespace(
         nvmlInit=lambda: None, nvmlShutdown=lambda: None, nvmlDeviceGetCount=lambda: count
     )
     monkeypatch.setitem(sys.modules, "pynvml", module)
+    monkeypatch.setattr(devices, "torch_built_for_gpus", lambda: gpu_torch)
+
+
+def test_a_cpu_build_of_torch_uses_no_gpu_that_nvml_sees(monkeypatch):
+    """NVML counts the machine's GPUs whatever torch can use: with a CPU build of torch the
+    policies went to cuda:p and every learner failed at its first CUDA call."""
+    fake_nvml(monkeypatch, 2, gpu_torch=False)
+    monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
+    assert devices.probe_gpu_count() == 0
+    assert devices.device_map(2, devices.visible_gpu_count("auto"), "auto") == {0: "cpu", 1: "cpu"}
+
+
+@pytest.mark.parametrize(
+    "value, seen",
+    [("0,0", 0), ("1,1,2", 0), ("0,abc,1", 1), ("1gpu2,2ampere", 2), ("0, 1", 2),
+     ("GPU-a,GPU-b", 2), ("GPU-a,0", 1)],
+)  # fmt: skip
+def test_visible_devices_are_read_as_cuda_reads_them(monkeypatch, value, seen):
+    """A device named twice hides them all; an entry without a leading number ends the list
+    (it was counted, and a policy then went to a cuda:k the children do not have)."""
+    fake_nvml(monkeypatch, 4)
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", value)
+    assert devices.probe_gpu_count() == seen
 
 
 @pytest.mark.parametrize("value", ["", "-1", "-1,0"])
@@ -87,6 +111,7 @@ def test_broken_nvml_falls_back_to_a_child_probe(monkeypatch):
     monkeypatch.setitem(sys.modules, "pynvml", module)
     monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
     monkeypatch.setattr(devices, "_child_count", lambda: 3)
+    monkeypatch.setattr(devices, "torch_built_for_gpus", lambda: True)
     assert devices.probe_gpu_count() == 3
 
 
