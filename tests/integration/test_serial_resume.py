@@ -240,7 +240,7 @@ def test_a_stop_just_after_a_pbt_copy_resumes_exactly(tmp_path, monkeypatch, cap
     extra = ["--env=arena_duel", "--encoder_mlp_layers", "16", "--arena_episode_steps=40",
              "--with_pbt", "--pbt_start_mutation=400", "--pbt_period_env_steps=400",
              "--pbt_replace_fraction=0.5", "--pbt_replace_reward_gap=0",
-             "--train_for_env_steps=3000", "--seed=3"]  # fmt: skip
+             "--train_for_env_steps=1600", "--seed=3"]  # fmt: skip
     status, whole = run(tmp_path, "whole", *extra)
     assert status == 0
     expected = final_states(whole)
