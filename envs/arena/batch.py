@@ -316,6 +316,8 @@ class ArenaBatch(BatchedMultiAgentEnv):
         # tables by t (0 to episode_steps). A step clips t to episode_steps where it reads
         # them (t passes the limit only before a first reset); the observations have t below
         # the limit (a copy that reaches it starts anew).
+        if int(steps) < 1:
+            raise ValueError(f"episode_steps must be at least 1, got {steps}")
         T = self._episode_steps = int(steps)
         radius, damage = zone_schedule(T)
         self._zone_ticks = any(damage)
@@ -726,6 +728,15 @@ class ArenaBatch(BatchedMultiAgentEnv):
         other += looks.take(self._others, axis=1)
         other += facing[:, :, None]
         blocks[..., L.O_HEALTH :] = _OTHER_STATUS.take(other, axis=0)
+        if n > 2:  # in my sights: only the agent a shot would hit (`ArenaGame._aim`)
+            sights = blocks[..., L.O_IN_SIGHTS]  # (K, n, n - 1), teammates first
+            mates = n // 2 - 1
+            sights[..., :mates] = 0.0
+            ahead = sights[..., mates:] > 0
+            if np.count_nonzero(ahead.sum(axis=2) > 1):  # enemies in a row: the nearest
+                dist = np.where(ahead, _DISTANCE.take(pair[..., mates:]), _FAR)
+                nearest = dist.argmin(axis=2)[..., None] == np.arange(ahead.shape[2])
+                sights[..., mates:] = ahead & nearest
         # nearest available pickup of each kind (the first in pickup order on ties)
         cells = self.pickup_cell[rows]
         if _KIND_PADDED:

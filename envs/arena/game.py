@@ -45,7 +45,7 @@ from typing import Optional, Sequence, Union
 import numpy as np
 from gymnasium import spaces
 
-from rl_pbt.envs.interfaces import RewardShapingInterface
+from rl_pbt.envs.interfaces import RewardShapingInterface, generator_from_state
 
 WIDTH = 11
 HEIGHT = 11
@@ -130,7 +130,8 @@ class ObsLayout:
     Own block: x, y, facing one-hot (4), health, ammo, cooldown (fractions), can-shoot.
     Then one block per other agent, teammates first, then enemies, each in seat order:
     alive, dx, dy, Manhattan distance (normalised), health, facing one-hot (4), in-my-sights
-    (a shot now would hit it), threat (it faces me with a clear line within range), aligned
+    (a shot now would hit it: the nearest enemy straight ahead within reach; never a
+    teammate), threat (it faces me with a clear line within range), aligned
     (same row or column, clear line, within range); an eliminated agent's block is zeros.
     Then the nearest available health pickup and ammo pickup: dx, dy, available.
     Then free cells ahead in each direction N, E, S, W. Then the fraction of the episode left.
@@ -310,6 +311,8 @@ class ArenaGame(RewardShapingInterface):
     @episode_steps.setter
     def episode_steps(self, steps: int) -> None:
         # the storm's schedule follows the time limit (tests set it after construction)
+        if int(steps) < 1:
+            raise ValueError(f"episode_steps must be at least 1, got {steps}")
         self._episode_steps = int(steps)
         self._zone_radius, self._zone_damage = zone_schedule(self._episode_steps)
 
@@ -384,6 +387,9 @@ class ArenaGame(RewardShapingInterface):
         acts = np.asarray(actions, dtype=np.int64).reshape(-1).tolist()
         if len(acts) != n:
             raise ValueError(f"expected {n} actions, got {len(acts)}")
+        for i, a in enumerate(acts):  # before anything changes (the eliminated's are ignored)
+            if self.alive[i] and not 0 <= a < NUM_ACTIONS:
+                raise ValueError(f"action {a} of agent {i} is outside [0, {NUM_ACTIONS})")
         ev = self.events
         ev.fill(0.0)
         x, y, facing, alive = self.x, self.y, self.facing, self.alive
@@ -395,8 +401,6 @@ class ArenaGame(RewardShapingInterface):
             a = acts[i]
             if not alive[i] or a == NOOP or a == SHOOT:
                 continue
-            if not 0 <= a < NUM_ACTIONS:
-                raise ValueError(f"action {a} of agent {i} is outside [0, {NUM_ACTIONS})")
             if a >= FACE_N:
                 facing[i] = a - FACE_N
                 continue
@@ -534,6 +538,20 @@ class ArenaGame(RewardShapingInterface):
         infos = [{"is_active": was_alive[i]} for i in range(n)]
         return self._observations(), rewards, [False] * n, [False] * n, infos
 
+    def _aim(self, i: int) -> int:
+        """The agent a shot of i's now would hit (as `step` picks it): the nearest living enemy
+        straight ahead within reach; n (nobody's index) when none, so a teammate or an enemy
+        behind it is never in i's sights."""
+        x, y, d = self.x, self.y, self.facing[i]
+        reach = min(SHOT_RANGE, _RAYS[y[i] * WIDTH + x[i]][d])
+        target, best = self.num_agents, reach + 1
+        for j in self._enemies[i]:
+            if self.alive[j]:
+                dx, dy = x[j] - x[i], y[j] - y[i]
+                if _direction_to(dx, dy) == d and abs(dx) + abs(dy) < best:
+                    target, best = j, abs(dx) + abs(dy)
+        return target
+
     # ----- observations -----
     def _observations(self) -> list[np.ndarray]:
         x, y, facing, alive, health = self.x, self.y, self.facing, self.alive, self.health
@@ -569,6 +587,7 @@ class ArenaGame(RewardShapingInterface):
                 cd / SHOT_COOLDOWN,
                 1.0 if cd == 0 and ammo > 0 else 0.0,
             )
+            aim = self._aim(i) if self.num_agents > 2 else -1  # a duel: the other, if ahead
             for j in self._others[i]:
                 if seen[j] is None:
                     row += _ZERO_OTHER
@@ -580,7 +599,7 @@ class ArenaGame(RewardShapingInterface):
                 row += seen[j]
                 if d >= 0 and dist <= SHOT_RANGE and dist <= rays[d]:
                     row += (
-                        1.0 if fi == d else 0.0,
+                        1.0 if fi == d and (aim < 0 or j == aim) else 0.0,
                         1.0 if facing[j] == (d + 2) % 4 else 0.0,
                         1.0,
                     )
@@ -601,6 +620,28 @@ class ArenaGame(RewardShapingInterface):
             zd = _ZONE_DIST[cell]
             row += (radius_feat, _ZONE_FEAT[zd], 1.0 if zd > radius else 0.0)
         return list(np.array(row, dtype=np.float32).reshape(self.num_agents, -1))
+
+    # ----- exact resume -----
+    # every list a step or a reset changes (in place: the step keeps local names for them)
+    _STATE = ("x", "y", "facing", "health", "ammo", "cooldown", "alive", "pickup_cell",
+              "_pickup_timer", "_pickup_at")  # fmt: skip
+
+    def get_state(self) -> dict:
+        """The game as plain data: a serial run saves it at a stop and `set_state` puts it
+        back, so that the run resumes exactly (as the batched twin's)."""
+        out = {k: list(getattr(self, k)) for k in self._STATE}
+        out.update(t=self.t, coeffs=self._coeffs.copy(), events=self.events.copy())
+        out["rng"] = self._rng.bit_generator.state
+        return out
+
+    def set_state(self, state: dict) -> None:
+        for k in self._STATE:
+            now = getattr(self, k)
+            now[:] = [type(old)(v) for old, v in zip(now, state[k])]  # plain ints and bools
+        self.t = int(state["t"])
+        self._coeffs[...] = state["coeffs"]
+        self.events[...] = state["events"]
+        self._rng = generator_from_state(state["rng"])
 
     # ----- rendering -----
     def render(self) -> Optional[np.ndarray]:

@@ -67,6 +67,10 @@ class LureEnv(gym.Env, RewardShapingInterface):
     ):
         if render_mode not in (None, "rgb_array"):
             raise ValueError(f"render_mode must be None or 'rgb_array', got {render_mode!r}")
+        for name, value in (("episode_steps", episode_steps),
+                            ("coin_respawn_steps", coin_respawn_steps)):  # fmt: skip
+            if int(value) < 1:
+                raise ValueError(f"{name} must be at least 1, got {value}")
         self.episode_steps = int(episode_steps)
         self.start_x = start_x
         self.coin_respawn_steps = int(coin_respawn_steps)

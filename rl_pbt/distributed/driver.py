@@ -137,7 +137,7 @@ class Member:
 
 class PopulationDriver:
     def __init__(self, cfg: Cfg):
-        from rl_pbt.runtime.runner import check_experiment_dir, prepare_experiment_dir
+        from rl_pbt.runtime.runner import check_experiment_dir
 
         self.cfg = cfg
         probe = as_multiagent(
@@ -159,8 +159,20 @@ class PopulationDriver:
         problem = ray_address_problem(cfg.ray_address)
         if problem:  # before anything is written
             raise ConfigError(f"--ray_address={cfg.ray_address}: {problem}")
+        # the lock first: a second start of the experiment touches nothing (held until the
+        # end of run(), released if the start fails)
         self.run_lock = RunLock(cfg.train_dir, cfg.experiment)
-        self.run_lock.check()
+        self.run_lock.acquire()
+        try:
+            self._open_experiment(cfg)
+        except BaseException:
+            self.run_lock.release()
+            raise
+
+    def _open_experiment(self, cfg: Cfg) -> None:
+        """The experiment folder (new, or resumed), its PBT and self-play state."""
+        from rl_pbt.runtime.runner import prepare_experiment_dir
+
         self.exp_dir, self.resuming = prepare_experiment_dir(cfg)
         save_cfg(cfg, os.path.join(self.exp_dir, "config.json"))
         os.makedirs(os.path.join(self.exp_dir, "groups"), exist_ok=True)

@@ -468,3 +468,77 @@ def test_render_shows_the_storm():
     assert not np.array_equal(stormy[corner], calm)
     centre = (slice(5 * px, 6 * px), slice(6 * px, 7 * px))  # cell (5, 4): inside
     assert np.array_equal(stormy[centre], env._background[centre])
+
+
+def test_in_my_sights_is_only_the_agent_a_shot_would_hit():
+    """2v2, seat 0 at (0, 0) facing east, its teammate at (1, 0), enemies at (2, 0) and
+    (4, 0): a shot hits the nearer enemy only. The flag (documented as "a shot now would hit
+    it") was 1 for all three; now for the nearer enemy alone, in the game and its twin."""
+    from envs.arena.batch import NO_PICKUP, ArenaBatch
+    from envs.arena.game import EV_DAMAGE_TAKEN, NOOP, SHOOT, WIDTH
+
+    game = ArenaGame(4, 300, seed=0)
+    game.reset()
+    batch = ArenaBatch(1, 4, 300, seeds=[0])
+    batch.reset()
+    spots = [(0, 0), (1, 0), (2, 0), (4, 0)]
+    for i, (x, y) in enumerate(spots):
+        game.x[i], game.y[i] = x, y
+        batch.cell[0, i] = y * WIDTH + x
+    game.facing[:] = [1, 1, 3, 3]
+    batch.facing[0] = [1, 1, 3, 3]
+    for c in game.pickup_cell:
+        if c >= 0:
+            game._pickup_at[c] = -1
+    game.pickup_cell[:] = [-1] * len(game.pickup_cell)
+    batch.pickup_cell[:] = NO_PICKUP
+    L = game.layout
+    for obs in (game._observations()[0], batch._observations()[0, 0]):
+        assert obs[L.other(0) + L.O_IN_SIGHTS] == 0.0  # the teammate
+        assert obs[L.enemy(0) + L.O_IN_SIGHTS] == 1.0  # the nearer enemy
+        assert obs[L.enemy(1) + L.O_IN_SIGHTS] == 0.0  # behind it
+    np.testing.assert_array_equal(game._observations()[0], batch._observations()[0, 0])
+    game.step([SHOOT, NOOP, NOOP, NOOP])
+    assert game.events[:, EV_DAMAGE_TAKEN].tolist() == [0.0, 0.0, 1.0, 0.0]
+
+
+def test_an_invalid_action_changes_nothing_and_steps_must_be_positive():
+    """The game raised after moving the agents before the bad one and advancing its clock
+    (its twin raises first); a time limit of 0 failed with a ZeroDivisionError at reset."""
+    from envs.arena.batch import ArenaBatch
+    from envs.lure.env import LureEnv
+
+    game = ArenaGame(2, 300, seed=0)
+    game.reset()
+    game.step([1, 1])
+    before = (game.t, list(game.x), list(game.y), list(game.facing), game.events.copy())
+    with pytest.raises(ValueError, match="action 42 of agent 1"):
+        game.step([2, 42])
+    after = (game.t, list(game.x), list(game.y), list(game.facing), game.events)
+    assert before[:4] == after[:4] and np.array_equal(before[4], after[4])
+    for make in (lambda: ArenaGame(2, 0), lambda: ArenaBatch(2, 2, 0), lambda: LureEnv(0),
+                 lambda: LureEnv(coin_respawn_steps=0)):  # fmt: skip
+        with pytest.raises(ValueError, match="must be at least 1"):
+            make()
+
+
+def test_the_game_saves_and_restores_its_state_exactly():
+    """Without its batched twin (--batched_envs=False) the arena had no get_state(), so a
+    serial run of it wrote no state for an exact resume, unlike the README's word."""
+    rng = np.random.default_rng(0)
+    game = ArenaGame(4, 60, seed=3)
+    game.reset()
+    game.set_reward_shaping({"kill": 2.0}, 1)
+    for _ in range(25):
+        game.step(rng.integers(0, 10, 4).tolist())
+    saved = game.get_state()
+    actions = [rng.integers(0, 10, 4).tolist() for _ in range(80)]  # past an episode's end
+    first = [game.step(a) for a in actions]
+    other = ArenaGame(4, 60, seed=99)
+    other.reset()
+    other.set_state(pickle.loads(pickle.dumps(saved)))
+    again = [other.step(a) for a in actions]
+    for (o1, r1, t1, u1, i1), (o2, r2, t2, u2, i2) in zip(first, again):
+        np.testing.assert_array_equal(np.stack(o1), np.stack(o2))
+        assert (r1, t1, u1, i1) == (r2, t2, u2, i2)
+    assert any(t[0] for _, _, t, _, _ in first)  # an episode ended and the next one began

@@ -345,6 +345,7 @@ def test_the_driver_ranks_games_of_every_group_under_global_names(tmp_path):
     with open(os.path.join(driver.exp_dir, "stats", "scalars.jsonl")) as f:
         assert len(f.readlines()) == 4
     driver.scalars.close()
+    driver.run_lock.release()
     # a resume goes on from the recent objectives the summary holds
     assert PopulationDriver(cfg).recent == [[], [], [0.7], []]
 
@@ -408,6 +409,7 @@ def test_the_last_checkpoint_named_reaches_the_experiment_folder(tmp_path, monke
     )
     assert driver.fetched["files"] == 2 and not driver.fetching and not driver.fetch_next
     driver.scalars.close()
+    driver.run_lock.release()
 
 
 @pytest.mark.parametrize("flag,fresh", [("resume", "restart"), ("overwrite", "overwrite")])
@@ -431,11 +433,13 @@ def test_a_new_run_sets_aside_what_a_node_kept_of_an_earlier_one(
     driver._start_groups([1])  # Ray restarted group 1 in this run: it resumes
     assert driver.actors[1].calls[-1] == ({}, "resume")
     driver.scalars.close()
+    driver.run_lock.release()
     again = PopulationDriver(driver_cfg(tmp_path))  # the same command again: a resume
     again.actors = [FakeGroup(dict(old)), FakeGroup(dict(old))]
     again._start_groups([0, 1])
     assert [a.calls for a in again.actors] == [[({}, "resume")], [({}, "resume")]]
     again.scalars.close()
+    again.run_lock.release()
 
     # the group on its node: the earlier run's folder is moved aside (restart) or deleted
     import rl_pbt.runtime.runner as runner_module
@@ -487,6 +491,7 @@ def test_a_population_of_a_one_agent_env_writes_no_elo_table(tmp_path, monkeypat
     assert os.path.isfile(os.path.join(driver.exp_dir, "summary.json"))
     assert not os.path.exists(os.path.join(driver.exp_dir, "elo.json"))
     driver.scalars.close()
+    driver.run_lock.release()
 
 
 def test_a_resumed_driver_goes_on_from_the_counts_of_the_run_before(tmp_path):
@@ -499,6 +504,7 @@ def test_a_resumed_driver_goes_on_from_the_counts_of_the_run_before(tmp_path):
     first.sent = {"files": 1, "bytes": 100}
     first._save_population([0, 0])
     first.scalars.close()
+    first.run_lock.release()
     again = PopulationDriver(driver_cfg(tmp_path))
     # until the groups report: where the members were, not 0 (summary.json, the status line)
     assert again.env_steps == [1000, 2000, 3000, 4000]
@@ -506,9 +512,11 @@ def test_a_resumed_driver_goes_on_from_the_counts_of_the_run_before(tmp_path):
     assert (again._failed_copies, again.shared_snapshots) == (2, 5)
     assert again.fetched["files"] == 3 and again.sent == {"files": 1, "bytes": 100}
     again.scalars.close()
+    again.run_lock.release()
     fresh = PopulationDriver(driver_cfg(tmp_path, "--restart_behavior=overwrite"))
     assert fresh.env_steps == [0, 0, 0, 0] and fresh.fetched["files"] == 0
     fresh.scalars.close()
+    fresh.run_lock.release()
 
 
 def test_members_of_a_group_that_finished_are_no_pbt_source(tmp_path):
@@ -529,6 +537,7 @@ def test_members_of_a_group_that_finished_are_no_pbt_source(tmp_path):
     driver._pbt_step()
     assert asked["no_source"] == {2, 3} and asked["copying"] == {1}
     driver.scalars.close()
+    driver.run_lock.release()
 
 
 def driver_clock(monkeypatch) -> list[float]:
@@ -623,6 +632,7 @@ def test_a_group_that_does_not_answer_holds_up_neither_the_others_nor_pbt(
     driver.finished = {0: 0}  # group 0 trained its budget: its last answer holds
     assert driver._poll_groups()[0] == answering.value and answering.asked == before
     driver.scalars.close()
+    driver.run_lock.release()
 
 
 class Stoppable:
@@ -663,6 +673,7 @@ def test_the_stop_waits_for_slow_groups_and_not_for_silent_ones(tmp_path, monkey
     assert "node group 1 is not answering: not waited for at the stop" in out
     assert "checkpoint_000000010_1000.pth of node group 1 not fetched" in out
     driver.scalars.close()
+    driver.run_lock.release()
 
 
 def test_a_snapshot_is_not_sent_to_a_group_that_does_not_answer(tmp_path, monkeypatch):
@@ -678,6 +689,7 @@ def test_a_snapshot_is_not_sent_to_a_group_that_does_not_answer(tmp_path, monkey
     driver._share_snapshot(0, "snap:p0@1000", 0, 1000)
     assert groups[1].calls == [] and len(groups[2].calls) == 1 and driver.shared_snapshots == 1
     driver.scalars.close()
+    driver.run_lock.release()
 
 
 def group_poll(started_at: float, node_id=None, node_ip=None) -> dict:
@@ -729,6 +741,7 @@ def test_a_group_ray_restarted_gets_the_other_groups_snapshots_again(tmp_path, m
     assert [name for name, _ in again] == ["snap:m5@1000"]  # the others' only, oldest first
     assert again[0][1] is driver.shared_pool["snap:m5@1000"][1]  # the weights exported once
     driver.scalars.close()
+    driver.run_lock.release()
 
 
 def test_a_group_on_another_machine_is_named_and_a_new_local_ray_is_not(tmp_path, capsys):
@@ -741,6 +754,7 @@ def test_a_group_on_another_machine_is_named_and_a_new_local_ray_is_not(tmp_path
     first._take_one(1, group_poll(1.0, "bbbb", "10.0.0.2"))
     first._save_population([0, 0])
     first.scalars.close()
+    first.run_lock.release()
     again = PopulationDriver(driver_cfg(tmp_path))
     assert again.group_hosts == {"0": "10.0.0.1", "1": "10.0.0.2"}
     again._take_one(0, group_poll(2.0, "cccc", "10.0.0.1"))  # a new Ray on the same machine
@@ -750,6 +764,7 @@ def test_a_group_on_another_machine_is_named_and_a_new_local_ray_is_not(tmp_path
     assert "node group 1 now runs on 10.0.0.3, not on 10.0.0.2" in out, out
     assert again.group_nodes == {"0": "cccc", "1": "dddd"}
     again.scalars.close()
+    again.run_lock.release()
 
 
 def test_groups_take_a_seed_only_from_a_seeded_run():
@@ -782,6 +797,7 @@ def test_groups_ray_cannot_place_are_named_and_not_waited_for(tmp_path, monkeypa
         driver._start_groups([0, 1])
     assert driver.heard == {0} and placed.calls == [] and unplaced.calls == []
     driver.scalars.close()
+    driver.run_lock.release()
 
 
 def test_the_status_line_gives_the_rate_and_the_time_left(tmp_path, monkeypatch, capsys):
@@ -798,10 +814,12 @@ def test_the_status_line_gives_the_rate_and_the_time_left(tmp_path, monkeypatch,
     line = driver._status_line(15.0)
     assert "120,000 env steps in all (2,000/s), 15% of the budget" in line, line
     assert "ETA 2m50s" in line, line  # 85,000 env steps left for the slowest at 500/s
+    driver.scalars.close()
+    driver.run_lock.release()
     limited = PopulationDriver(driver_cfg(tmp_path, "--train_for_seconds=60"))
     assert "ETA <=55s (time limit)" in limited._status_line(5.0)
-    driver.scalars.close()
     limited.scalars.close()
+    limited.run_lock.release()
 
 
 def test_ray_address_without_ray_is_one_line_naming_the_extra(tmp_path, monkeypatch, capsys):
@@ -863,6 +881,7 @@ def test_a_group_that_ended_before_its_pbt_values_came_is_not_a_problem(
     assert "has stopped" not in out
     assert "node group 0 did not take its PBT values: disk full" in out, out
     driver.scalars.close()
+    driver.run_lock.release()
 
 
 def test_with_wandb_the_driver_logs_the_populations_scalars_and_pbt(tmp_path, monkeypatch):
@@ -897,6 +916,7 @@ def test_with_wandb_the_driver_logs_the_populations_scalars_and_pbt(tmp_path, mo
     driver.wandb.close()
     assert finished == [True] and logged[-1]["pbt/events"][0] == "table"
     driver.scalars.close()
+    driver.run_lock.release()
 
 
 def test_returns_of_an_env_without_objective_are_logged_as_returns(tmp_path):
@@ -914,3 +934,4 @@ def test_returns_of_an_env_without_objective_are_logged_as_returns(tmp_path):
     assert "episode/true_objective" not in driver._scalars_of(2)
     assert driver._scalars_of(3)["episode/true_objective"] == 0.5
     driver.scalars.close()
+    driver.run_lock.release()
