@@ -171,12 +171,18 @@ class PopulationDriver:
 
     def _open_experiment(self, cfg: Cfg) -> None:
         """The experiment folder (new, or resumed), its PBT and self-play state."""
-        from rl_pbt.runtime.runner import prepare_experiment_dir
+        from rl_pbt.config.parse import experiment_dir
+        from rl_pbt.runtime.runner import _saved_config, prepare_experiment_dir
 
+        saved = _saved_config(experiment_dir(cfg)) or {}  # before prepare may move it aside
         self.exp_dir, self.resuming = prepare_experiment_dir(cfg)
         save_cfg(cfg, os.path.join(self.exp_dir, "config.json"))
         os.makedirs(os.path.join(self.exp_dir, "groups"), exist_ok=True)
         self.pbt = self._make_pbt() if cfg.with_pbt else None
+        # without PBT: each member's values, sent to its group as it starts (None: the defaults)
+        self.fixed_values = None
+        if self.pbt is None:
+            self.fixed_values = self._fixed_values(self.resuming and bool(saved.get("with_pbt")))
         self.started_at: dict[int, float] = {}
         self.finished: dict[int, Optional[int]] = {}
         before = self._read_population() if self.resuming else {}
@@ -261,6 +267,31 @@ class PopulationDriver:
             )
         except PBTStateError as e:
             raise ConfigError(str(e)) from None
+
+    def _fixed_values(self, pbt_stopped: bool) -> Optional[list[tuple[dict, Optional[dict]]]]:
+        """Each member's (learning values, shaping) in a run without PBT, as on one machine: a
+        PBT run resumed without it keeps what PBT gave each member (its policy files; the
+        checkpoints hold the same learning values); else --policy_values; else None."""
+        from rl_pbt.config.policy_values import load_policy_values, split_values
+        from rl_pbt.pbt.search_space import flatten_shaping, saved_member_shaping, unflatten_shaping
+
+        n, default = self.cfg.num_policies, self.default_shaping
+        if pbt_stopped:
+            if self.cfg.policy_values:
+                log(f"{self.cfg.policy_values} not used: each member keeps the values PBT gave it")
+            return [({}, saved_member_shaping(self.exp_dir, m, default)) for m in range(n)]
+        if not self.cfg.policy_values:
+            return None
+        out = []
+        for entry in load_policy_values(self.cfg.policy_values, n):
+            hparams, shaping_flat = split_values(entry)
+            shaping = None
+            if shaping_flat and default is not None:
+                flat = {**flatten_shaping(default), **shaping_flat}
+                shaping = unflatten_shaping(flat, default)
+            out.append((dict(hparams), shaping))
+        log(f"per-policy values from {self.cfg.policy_values}, sent to each member's group")
+        return out
 
     def _elo_path(self) -> str:
         return os.path.join(self.exp_dir, "elo.json")
@@ -597,7 +628,10 @@ class PopulationDriver:
         for m, name in poll["checkpoints"].items():
             self._fetch(g, int(m), name)
         for m, steps in enumerate(poll["env_steps"]):
-            self.env_steps[ids[m]] = max(self.env_steps[ids[m]], int(steps))
+            # a member's count as its group has it: lower after Ray restarted the group from
+            # older checkpoints; 0 before its learner has loaded one (the count before stands)
+            if int(steps) > 0:
+                self.env_steps[ids[m]] = int(steps)
         for m, objective, is_return in poll["episodes"]:
             gid = ids[m]
             self.recent[gid] = (self.recent[gid] + [objective])[-100:]
@@ -740,15 +774,22 @@ class PopulationDriver:
         return seat  # another group's snapshot (already global), or a scripted player
 
     def _send_values(self, g: int) -> None:
-        """The PBT values of group g's members (restored ones on a resume or a restart)."""
-        if self.pbt is None:
-            return
+        """The PBT values of group g's members (restored ones on a resume or a restart); without
+        PBT, their fixed values (`_fixed_values`), if any."""
         import ray
 
-        pbt, actor = self.pbt, self.actors[g]
+        if self.pbt is not None:
+            pbt = self.pbt
+            values = [(dict(pbt.hparams[gid]), pbt.shaping[gid]) for gid in self.groups[g]]
+        elif self.fixed_values is not None:
+            values = [self.fixed_values[gid] for gid in self.groups[g]]
+        else:
+            return
+        actor = self.actors[g]
         calls = [
-            actor.apply.remote(m, None, dict(pbt.hparams[gid]), pbt.shaping[gid])
-            for m, gid in enumerate(self.groups[g])
+            actor.apply.remote(m, None, dict(hparams), shaping)
+            for m, (hparams, shaping) in enumerate(values)
+            if hparams or shaping is not None
         ]
         try:
             ray.get(calls, timeout=REPLY_TIMEOUT_S)
@@ -833,9 +874,15 @@ class PopulationDriver:
                     self.elo.set_rating(d.policy_id, self.elo.rating(d.source_id))
             except (ray.exceptions.RayError, RuntimeError, TimeoutError) as e:
                 # a group restarting (or stopping) meanwhile: it resumes from its checkpoint and
-                # gets its PBT values again when it is back; the copy itself is lost
-                log(f"PBT: the decision for p{d.policy_id} was not carried out: {_first_line(e)}")
+                # gets its member's values when it is back, which are those from before: the
+                # decision is taken back (values, record, lineage), never half kept
+                self.pbt.cancel(d)
+                log(
+                    f"PBT: the decision for p{d.policy_id} was not carried out, and is taken "
+                    f"back: {_first_line(e)} ({d.log_line})"
+                )
                 self._failed_copies += 1
+                continue
             log(d.log_line)
             if self.wandb is not None:
                 steps = self.env_steps[d.policy_id]

@@ -12,7 +12,7 @@ import logging
 import math
 import os
 from collections import deque
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from typing import Any, Collection, Optional
 
 import numpy as np
@@ -57,6 +57,8 @@ class PBTDecision:
     hparams: dict[str, float]  # the complete new learning hyperparameters, applied AFTER a copy
     shaping: Optional[dict]  # the complete new nested reward shaping, or None without shaping
     log_line: str
+    # what `cancel` needs: the member's values and record before, and the lineage event
+    undo: Optional[tuple] = field(default=None, repr=False, compare=False)
 
 
 def elo_objectives(ratings: list[float]) -> list[float]:
@@ -549,6 +551,7 @@ class PBTManager:
         if src is None and not changes:
             return None
 
+        before = copy.deepcopy((self.hparams[p], self._shaping_flat[p], list(self._windows[p])))
         self.hparams[p] = new_h
         self._shaping_flat[p] = new_s
         self._refresh_shaping()
@@ -574,4 +577,31 @@ class PBTManager:
         else:
             head = f"PBT p{p} mutate (obj {fmt_value(own) if own is not None else 'n/a'})"
         line = f"{head}: {', '.join(ops)}" if ops else f"{head}: no mutation"
-        return PBTDecision(p, src, dict(new_h), copy.deepcopy(self.shaping[p]), line)
+        undo = (*before, copy.deepcopy(self._events[-1]))
+        return PBTDecision(p, src, dict(new_h), copy.deepcopy(self.shaping[p]), line, undo)
+
+    def cancel(self, decision: PBTDecision) -> None:
+        """A decision of the last step that could not be carried out (over Ray: the target's
+        node group died in the middle of it): the member gets back its values and objective
+        record, and its event leaves the lineage, so that the lineage, a replay of it and the
+        family tree hold only what happened. Its period stays spent: it is judged again at its
+        next one."""
+        p = decision.policy_id
+        hparams, shaping_flat, window, event = decision.undo
+        self.hparams[p], self._shaping_flat[p] = dict(hparams), copy.deepcopy(shaping_flat)
+        self._windows[p].clear()
+        self._windows[p].extend(window)
+        self._refresh_shaping()
+        wanted = json.dumps(event, sort_keys=True)
+        events = read_events(self.lineage_path)
+        for i in range(len(events) - 1, -1, -1):
+            if json.dumps(events[i], sort_keys=True) == wanted:
+                del events[i]
+                self.lineage_events -= 1
+                break
+        atomic_write(
+            self.lineage_path,
+            lambda f: f.write("".join(json.dumps(e, sort_keys=True) + "\n" for e in events)),
+        )
+        self._write_policy_files([p])
+        self.save()

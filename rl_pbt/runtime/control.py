@@ -149,6 +149,15 @@ class GroupControl:
         with self._lock:
             self._records.matches.append((list(team_a), list(team_b), float(score_a)))
 
+    def forget(self, policy: int) -> None:
+        """A copy into `policy` is being carried out: its episodes and games not yet taken by
+        the driver were played by the weights the copy replaces (the driver cleared its window
+        at the decision), so they go."""
+        with self._lock:
+            r = self._records
+            r.episodes = [e for e in r.episodes if e[0] != policy]
+            r.matches = [m for m in r.matches if policy not in (*m[0], *m[1])]
+
     def record_snapshot(self, snapshot: str, policy: int, env_steps: int) -> None:
         with self._lock:
             self._records.snapshots.append((snapshot, policy, env_steps))

@@ -1501,6 +1501,8 @@ class Runner:
         """A node group: carry out the population driver's commands (see runtime/control.py)."""
         for command, reply in self.control.pending():
             if isinstance(command, Apply):
+                if command.source is not None:
+                    self.control.forget(command.policy)
                 self._apply_decision(
                     command.policy, command.source, command.hparams, command.shaping
                 )
@@ -1513,6 +1515,10 @@ class Runner:
                 waiting.append(reply)
             elif isinstance(command, Import):
                 p = command.policy
+                # its results from now until the copy lands are the old weights' (as for a
+                # copy inside the group); those not yet polled too
+                self.control.forget(p)
+                self.copying[p] = p  # the rating is the driver's to carry over
                 # the state goes in p's own transfer row, which p's learner then imports
                 state = command.state.to(torch.float32).reshape(-1)
                 row = self.incoming_row  # the driver carries out one copy at a time

@@ -935,3 +935,166 @@ def test_returns_of_an_env_without_objective_are_logged_as_returns(tmp_path):
     assert driver._scalars_of(3)["episode/true_objective"] == 0.5
     driver.scalars.close()
     driver.run_lock.release()
+
+
+class ApplyingGroup:
+    """A node group's actor as far as `apply` goes: the values each member was sent."""
+
+    def __init__(self):
+        self.applied = []
+        self.apply = self
+
+    def remote(self, member, source, hparams, shaping):
+        self.applied.append((member, source, hparams, shaping))
+        return FakeRef(None)
+
+
+def test_members_without_pbt_get_their_values_over_ray(tmp_path, monkeypatch):
+    """--policy_values without --with_pbt reached no member over Ray (each trained with the
+    defaults; on one machine each gets its own); a PBT run resumed without --with_pbt lost the
+    shaping PBT had given its members (on one machine they keep it)."""
+    from rl_pbt.distributed.driver import PopulationDriver
+    from rl_pbt.logging.files import policy_shaping_path
+
+    monkeypatch.setattr(ray, "get", lambda refs, timeout=None: [r.value for r in refs])
+    values = tmp_path / "values.json"
+    values.write_text('[{}, {"learning_rate": 0.01}, {}, {"rew.kill": 2.0}]')
+    arena = ["--env=arena_duel", "--experiment=v"]
+    driver = PopulationDriver(driver_cfg(tmp_path, *arena, f"--policy_values={values}"))
+    driver.actors = [ApplyingGroup(), ApplyingGroup()]
+    for g in (0, 1):
+        driver._take_one(g, group_poll(1.0))
+    assert driver.actors[0].applied == [(1, None, {"learning_rate": 0.01}, None)]
+    ((member, _, hparams, shaping),) = driver.actors[1].applied
+    assert member == 1 and hparams == {} and shaping["kill"] == 2.0
+    driver.scalars.close()
+    driver.run_lock.release()
+
+    pbt = PopulationDriver(driver_cfg(tmp_path, *arena, "--with_pbt", "--experiment=p"))
+    pbt.scalars.close()
+    pbt.run_lock.release()
+    path = policy_shaping_path(str(tmp_path / "p"), 3)
+    given = json.loads(open(path).read())
+    given["kill"] = 3.0  # what PBT gave member 3
+    open(path, "w").write(json.dumps(given))
+    again = PopulationDriver(driver_cfg(tmp_path, *arena, "--experiment=p"))  # no PBT now
+    again.actors = [ApplyingGroup(), ApplyingGroup()]
+    again._take_one(1, group_poll(1.0))
+    sent = {m: shaping for m, _, _, shaping in again.actors[1].applied}
+    member2 = json.loads(open(policy_shaping_path(str(tmp_path / "p"), 2)).read())
+    assert sent[1]["kill"] == 3.0 and sent[0] == member2
+    again.scalars.close()
+    again.run_lock.release()
+
+
+def test_the_driver_counts_what_a_restarted_group_resumed_from(tmp_path, monkeypatch):
+    """After Ray restarted a group from older checkpoints the driver kept the higher counts
+    (summary.json, the status line, PBT's periods) its members no longer had."""
+    from rl_pbt.distributed.driver import PopulationDriver
+
+    monkeypatch.setattr(ray, "get", lambda refs, timeout=None: [r.value for r in refs])
+    driver = PopulationDriver(driver_cfg(tmp_path))
+    driver.actors = [ApplyingGroup(), ApplyingGroup()]
+    poll = group_poll(1.0)
+    poll["env_steps"] = [5000, 5000]
+    driver._take_one(0, poll)
+    restarted = group_poll(2.0)
+    restarted["env_steps"] = [0, 0]  # its learners have not loaded their checkpoints yet
+    driver._take_one(0, restarted)
+    assert driver.env_steps[:2] == [5000, 5000]
+    restarted["env_steps"] = [3100, 3200]
+    driver._take_one(0, restarted)
+    assert driver.env_steps[:2] == [3100, 3200]
+    assert driver._summary()["policies"]["0"]["env_steps"] == 3100
+    driver.scalars.close()
+    driver.run_lock.release()
+
+
+def test_a_member_copied_in_its_group_sends_no_result_of_its_old_weights(tmp_path):
+    """The driver clears a member's window at its copy decision; the results its group had
+    not yet handed over, and (for a copy from another group) those until the copy lands, were
+    its old weights' and filled the fresh window (22 of 24 values in a run on two groups)."""
+    import time
+
+    from rl_pbt.runtime.control import Apply, GroupControl, Import
+    from rl_pbt.runtime.runner import Runner
+
+    runner = Runner(
+        parse_cfg(["--env=CartPole-v1", "--serial_mode", "--num_policies=3", "--num_workers=1",
+                   "--num_envs_per_worker=2", "--rollout=8", "--batch_size=16",
+                   "--encoder_mlp_layers", "8", f"--train_dir={tmp_path}", "--experiment=g"])
+    )  # fmt: skip
+    runner.control = control = GroupControl()
+    for p in range(3):
+        control.record_episode(p, 10.0 + p)
+    control.record_match([1], [2], 1.0)
+    control.record_match([0], [2], 0.0)
+    control.submit(Apply(1, 0, {}, None))  # a copy inside the group: 0 -> 1
+    state = runner.params.read_flat(0)[0]  # any state of the right size will do here
+    control.submit(Import(2, state, {}, None, time.time()))  # a copy from another group
+    runner._serve_control()
+    records = control.take_records()
+    assert records.episodes == [(0, 10.0, False)]
+    assert records.matches == []  # both games had a copied member in them
+    assert {1, 2} <= set(runner.copying)  # their results wait for the copies to land
+    assert runner._counts_for_pbt(0) and not runner._counts_for_pbt(2)
+    runner.stats.close()
+    runner.run_lock.release()
+
+
+def test_a_copy_that_fails_is_taken_back(tmp_path, monkeypatch):
+    """A copy across groups whose target group died in the middle was kept as made: the
+    lineage said "replace", the member's window was emptied and, once its group was back, it
+    was sent the source's values to train with on its own weights."""
+    from rl_pbt.distributed.driver import PopulationDriver
+    from rl_pbt.pbt.lineage import read_events
+
+    class Ref:
+        def __init__(self, value=None, error=None):
+            self.value, self.error = value, error
+
+    class Method:
+        def __init__(self, fn):
+            self.remote = fn
+
+    class Actor:
+        def __init__(self, dead=False):
+            self.sent = []
+            self.apply = Method(lambda *a: (self.sent.append(a), Ref())[1])
+            self.export = Method(lambda m: Ref(("state", m)))
+            died = ray.exceptions.RayError("The actor died unexpectedly")
+            self.import_state = Method(lambda *a: Ref(error=died) if dead else Ref((True, 0.0)))
+
+    def get(ref, timeout=None):
+        if isinstance(ref, list):
+            return [get(r) for r in ref]
+        if ref.error is not None:
+            raise ref.error
+        return ref.value
+
+    monkeypatch.setattr(ray, "get", get)
+    driver = PopulationDriver(
+        driver_cfg(tmp_path, "--with_pbt", "--pbt_period_env_steps=1000", "--pbt_start_mutation=0",
+                   "--pbt_replace_fraction=0.25", "--pbt_replace_reward_gap=0",
+                   "--pbt_mutation_rate=0", "--seed=1", "--learning_rate=1e-4")
+    )  # fmt: skip
+    driver.actors = [Actor(), Actor(dead=True)]
+    driver.pbt.hparams[0]["learning_rate"] = 5e-4
+    for member, objective in ((0, 1.0), (1, 0.9), (2, 0.8), (3, 0.0)):
+        for _ in range(10):
+            driver.pbt.record_episode(member, objective)
+    before = [e for e in read_events(driver.pbt.lineage_path) if e["policy"] == 3]
+    driver.env_steps = [2000] * 4
+    driver._pbt_step()
+    assert driver._failed_copies == 1  # p3 <- p0 was decided, and its group was gone
+    assert [e for e in read_events(driver.pbt.lineage_path) if e["policy"] == 3] == before
+    assert driver.pbt.hparams[3]["learning_rate"] == 1e-4
+    assert list(driver.pbt._windows[3]) == [0.0] * 10
+    driver.actors[1] = Actor()  # back, restarted by Ray: it gets its own values
+    driver._send_values(1)
+    assert [(m, hparams["learning_rate"]) for m, _, hparams, _ in driver.actors[1].sent] == [
+        (0, 1e-4),
+        (1, 1e-4),
+    ]
+    driver.scalars.close()
+    driver.run_lock.release()
