@@ -999,7 +999,7 @@ class PopulationDriver:
         if self.pbt is not None and self.rank_on == "elo":
             return [self.elo.rating(g) for g in range(len(self.recent))]  # as PBT ranks them
         if self.pbt is not None and self.rank_on in ("snapshots", "scripted"):
-            ranked = self.pbt.objectives()
+            ranked = self.pbt.ranked_objectives()
             return [ranked.get(g) for g in range(len(self.recent))]
         return [float(np.mean(r)) if r else None for r in self.recent]
 

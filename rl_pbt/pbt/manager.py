@@ -25,7 +25,13 @@ from rl_pbt.logging.files import (
     policy_shaping_path,
     read_json,
 )
-from rl_pbt.pbt.exploit import MIN_EPISODES_TO_RANK, ExploitSettings, choose_source, tie_order
+from rl_pbt.pbt.exploit import (
+    MIN_EPISODES_TO_RANK,
+    ExploitSettings,
+    choose_source,
+    mean_objectives,
+    tie_order,
+)
 from rl_pbt.pbt.explore import ExploreSettings, explore, resample_value
 from rl_pbt.pbt.lineage import append_event, lineage_path, make_event, read_events
 from rl_pbt.pbt.search_space import (
@@ -417,6 +423,12 @@ class PBTManager:
     def objectives(self) -> dict[int, Optional[float]]:
         """Mean objective over each policy's window; None where it has no episodes."""
         return {p: (float(np.mean(w)) if len(w) else None) for p, w in enumerate(self._windows)}
+
+    def ranked_objectives(self) -> dict[int, Optional[float]]:
+        """The objectives PBT ranks members on: None where a window is shorter than a member
+        needs to be ranked (one game won right after a copy is no best member)."""
+        windows = {p: list(w) for p, w in enumerate(self._windows)}
+        return mean_objectives(windows, self.exploit_settings.min_episodes)
 
     # ------------------------------------------------------------ the PBT step
 

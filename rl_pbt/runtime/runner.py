@@ -566,7 +566,7 @@ class Runner:
         if self.pbt is not None and target == "elo":  # the best member is PBT's best
             self.stats.rank_by("elo", self._ratings)
         elif self.pbt is not None and (target == "vs_snapshots" or target.startswith("vs_scr")):
-            self.stats.rank_by(target.split(":")[0], self.pbt.objectives)
+            self.stats.rank_by(target.split(":")[0], self.pbt.ranked_objectives)
         self._ratings_sent: Optional[dict] = None
         self._ratings_sent_at = 0.0
         self.snapshots = SnapshotPool(cfg.selfplay_snapshot_pool_size)

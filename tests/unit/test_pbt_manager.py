@@ -586,3 +586,36 @@ def test_members_that_cannot_hand_over_their_weights_are_ranked_but_no_source(tm
         }
         assert copied and set(kept) == set(copied), (seed, copied, kept)  # the same bottom
         assert not set(kept.values()) & {6, 7}, (seed, kept)
+
+
+def test_the_best_member_shown_is_one_pbt_can_rank(tmp_path):
+    """Ranking on games against snapshots or a scripted player, the status line and the
+    summary named as best a member with one game won (just after a copy, say): PBT itself
+    ranks a member only once it has its minimum of episodes."""
+    mgr = make(tmp_path, n=3)
+    for _ in range(40):
+        mgr.record_episode(0, 0.8)
+        mgr.record_episode(1, 0.6)
+    mgr.record_episode(2, 1.0)
+    assert mgr.objectives()[2] == 1.0  # what is logged for it
+    assert mgr.ranked_objectives() == {0: 0.8, 1: 0.6, 2: None}
+
+
+def test_the_run_names_as_best_a_member_pbt_can_rank(tmp_path):
+    import envs  # noqa: F401  (registers the arena)
+    from rl_pbt import parse_cfg
+    from rl_pbt.runtime.runner import Runner
+
+    runner = Runner(
+        parse_cfg(["--env=arena_duel", "--serial_mode", "--num_workers=1", "--num_policies=3",
+                   "--with_pbt", "--pbt_target_objective=vs_snapshots",
+                   "--selfplay_snapshot_prob=0.3", f"--train_dir={tmp_path}",
+                   "--experiment=b"])
+    )  # fmt: skip
+    for _ in range(40):
+        runner.pbt.record_episode(0, 0.8)
+        runner.pbt.record_episode(1, 0.6)
+    runner.pbt.record_episode(2, 1.0)
+    assert runner.stats.best_policy() == 0
+    runner.stats.close()
+    runner.run_lock.release()
