@@ -61,3 +61,19 @@ def state_vector(state: dict) -> torch.Tensor:
     for s in state["optimizer"]["state"].values():
         tensors += [s["exp_avg"], s["exp_avg_sq"]]
     return torch.cat([t.reshape(-1).double() for t in tensors])
+
+
+def serial_worker(cfg):
+    """A serial run's runner, its learners' host (started) and rollout worker 0, stepped by
+    hand; the worker keeps every episode and game (nothing is reported)."""
+    from rl_pbt.learning.learner_process import LearnerHost
+    from rl_pbt.runtime.runner import Runner, _MergedQueue
+
+    runner = Runner(cfg)
+    learners = {p: runner._learner_factory(p) for p in range(cfg.num_policies)}
+    queues = runner.learner_queues
+    host = LearnerHost(learners, _MergedQueue(queues), queues, runner.report_queue)
+    host.start(resume=False)
+    worker = runner._worker_factory(0, lambda: False, blocking=False)
+    worker._maybe_report = lambda force=False: None
+    return runner, host, worker

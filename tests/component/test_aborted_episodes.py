@@ -11,8 +11,7 @@ import numpy as np
 import pytest
 
 from rl_pbt import parse_cfg, register_env
-from rl_pbt.learning.learner_process import LearnerHost
-from rl_pbt.runtime.runner import Runner, _MergedQueue
+from tests.small_run import serial_worker
 
 LENGTH, ABORT_AT = 5, 2  # a game lasts 5 steps; every third one breaks on its second step
 
@@ -70,14 +69,7 @@ def test_an_aborted_episode_counts_in_no_statistic_and_no_match(tmp_path, agents
          "--rollout=4", "--batch_size=16", "--encoder_mlp_layers", "8", "--seed=1",
          "--decorrelate_envs_on_one_worker=False", f"--train_dir={tmp_path}", "--experiment=a"]
     )  # fmt: skip
-    runner = Runner(cfg)
-    learners = {0: runner._learner_factory(0)}
-    host = LearnerHost(
-        learners, _MergedQueue(runner.learner_queues), runner.learner_queues, runner.report_queue
-    )
-    host.start(resume=False)
-    worker = runner._worker_factory(0, lambda: False, blocking=False)
-    worker._maybe_report = lambda force=False: None  # keep every episode in the worker
+    _, host, worker = serial_worker(cfg)
     steps = 3 * LENGTH * 6  # 6 rounds of (game, game, aborted game) per copy: 13 steps a round
     for _ in range(steps):
         worker.step()
