@@ -873,16 +873,19 @@ class PopulationDriver:
                 if d.source_id is not None and self.rates_games:  # from the source's rating
                     self.elo.set_rating(d.policy_id, self.elo.rating(d.source_id))
             except (ray.exceptions.RayError, RuntimeError, TimeoutError) as e:
-                # a group restarting (or stopping) meanwhile: it resumes from its checkpoint and
-                # gets its member's values when it is back, which are those from before: the
-                # decision is taken back (values, record, lineage), never half kept
-                self.pbt.cancel(d)
-                log(
-                    f"PBT: the decision for p{d.policy_id} was not carried out, and is taken "
-                    f"back: {_first_line(e)} ({d.log_line})"
-                )
                 self._failed_copies += 1
-                continue
+                if isinstance(e, TimeoutError):  # a busy group may still carry it out: kept
+                    log(f"PBT: no answer yet to the decision for p{d.policy_id}: {_first_line(e)}")
+                else:
+                    # a group restarting (or stopped) meanwhile: it resumes from its checkpoint
+                    # and gets its member's values when it is back, which are those from
+                    # before: the decision is taken back (values, record, lineage)
+                    self.pbt.cancel(d)
+                    log(
+                        f"PBT: the decision for p{d.policy_id} was not carried out, and is taken "
+                        f"back: {_first_line(e)} ({d.log_line})"
+                    )
+                    continue
             log(d.log_line)
             if self.wandb is not None:
                 steps = self.env_steps[d.policy_id]

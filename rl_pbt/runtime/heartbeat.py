@@ -97,15 +97,17 @@ class ParentWatch:
     the child stops instead of spinning on as an orphan: learners then save their checkpoints
     on the way out. Create it in the child; `gone()` is one cheap system call.
 
-    The runner is the process that created the child through multiprocessing (its sentinel
-    closes when it dies), not the child's OS parent: under forkserver that is the fork
-    server, which outlives the runner as long as its children do."""
+    Either sign will do: the OS parent changes (fork, spawn: the parent is the runner), or
+    the process that created the child through multiprocessing is gone (its sentinel closes;
+    under forkserver the OS parent is the fork server, which outlives the runner as long as its
+    children do; under fork the sentinel alone would wait for the siblings forked later, which
+    hold it too)."""
 
     def __init__(self):
         self.runner = multiprocessing.parent_process()
-        self.parent = os.getppid()  # a process not started by multiprocessing
+        self.parent = os.getppid()
 
     def gone(self) -> bool:
-        if self.runner is not None:
-            return not self.runner.is_alive()
-        return os.getppid() != self.parent
+        if os.getppid() != self.parent:
+            return True
+        return self.runner is not None and not self.runner.is_alive()

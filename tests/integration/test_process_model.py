@@ -446,10 +446,15 @@ def child(path):
         f.write("gone" if watch.gone() else "still there")
 
 
+def busy():  # a sibling started later, slow to end (a learner writing its checkpoint)
+    time.sleep(20)
+
+
 if __name__ == "__main__":
     sys.path.insert(0, sys.argv[1])
     ctx = multiprocessing.get_context(sys.argv[2])
     ctx.Process(target=child, args=(sys.argv[3],)).start()
+    ctx.Process(target=busy).start()
     time.sleep(60)
 """
 
@@ -458,7 +463,8 @@ if __name__ == "__main__":
 def test_a_child_sees_its_runner_die_under_every_start_method(tmp_path, method):
     """Under forkserver (chosen on CUDA) a child's OS parent is the fork server, which lives
     as long as its children: children watching their OS parent never saw the runner die, and
-    learners never saved, workers never stopped."""
+    learners never saved, workers never stopped. Under fork, the runner's sentinel alone is
+    held by every sibling forked later: a child watching only that waits for them to end."""
     script = tmp_path / "runner.py"
     script.write_text(WATCHED)
     out = tmp_path / "seen"
@@ -472,7 +478,7 @@ def test_a_child_sees_its_runner_die_under_every_start_method(tmp_path, method):
         assert os.path.exists(f"{out}.started")
         runner.kill()
         runner.wait()
-        deadline = time.monotonic() + 10
+        deadline = time.monotonic() + 8  # well before the busy sibling ends
         while not out.exists() and time.monotonic() < deadline:
             time.sleep(0.1)
         assert out.exists() and out.read_text() == "gone"

@@ -313,7 +313,7 @@ def test_the_driver_ranks_games_of_every_group_under_global_names(tmp_path):
         "copy_latencies": [],
         "snapshots": [],
         "matches": [
-            ([1], ["snap:0@500"], 1.0),  # member 3 beat group 1's own snapshot of member 2
+            *[([1], ["snap:0@500"], 1.0)] * 5,  # member 3 beat group 1's snapshot of member 2
             ([0], [1], 0.0),  # member 2 lost to member 3: live against live, not ranked
             ([0], ["snap:m1@900"], 0.5),  # member 2 drew with group 0's snapshot of member 1
         ],
@@ -326,14 +326,15 @@ def test_the_driver_ranks_games_of_every_group_under_global_names(tmp_path):
     assert driver.in_flight == {1: {3}}  # no source for the driver's next PBT step
     assert driver.pbt.objectives() == {0: None, 1: None, 2: 0.5, 3: 1.0}
     assert sorted(map(str, driver.elo.keys())) == ["2", "3", "snap:m1@900", "snap:m2@500"]
-    assert driver.elo.games(3) == 2 and driver.elo.games(2) == 2
+    assert driver.elo.games(3) == 6 and driver.elo.games(2) == 2
     assert driver.elo.rating(3) > driver.elo.rating(2)
     assert driver.recent[2] == [0.7]  # episodes still make the objectives shown
     # the population's summary.json and scalar log, global ids; PBT's best is the best member
     driver.env_steps = [100, 100, 100, 100]
     driver._write_summaries()
     summary = read_json(os.path.join(driver.exp_dir, "summary.json"))
-    assert summary["best_policy"] == 3  # 1.0 against snapshots (member 2 has the best episode)
+    # 1.0 in 5 games against snapshots (member 2 has the best episode, one game: not ranked)
+    assert summary["best_policy"] == 3
     assert summary["policies"]["2"]["mean_objective"] == 0.7
     assert summary["policies"]["3"]["node_group"] == 1
     with open(os.path.join(driver.exp_dir, "stats", "scalars.jsonl")) as f:
@@ -1058,12 +1059,12 @@ def test_a_copy_that_fails_is_taken_back(tmp_path, monkeypatch):
             self.remote = fn
 
     class Actor:
-        def __init__(self, dead=False):
+        def __init__(self, dead=False, error=None):
             self.sent = []
             self.apply = Method(lambda *a: (self.sent.append(a), Ref())[1])
             self.export = Method(lambda m: Ref(("state", m)))
-            died = ray.exceptions.RayError("The actor died unexpectedly")
-            self.import_state = Method(lambda *a: Ref(error=died) if dead else Ref((True, 0.0)))
+            error = error or ray.exceptions.RayActorError()
+            self.import_state = Method(lambda *a: Ref(error=error) if dead else Ref((True, 0.0)))
 
     def get(ref, timeout=None):
         if isinstance(ref, list):
@@ -1096,5 +1097,13 @@ def test_a_copy_that_fails_is_taken_back(tmp_path, monkeypatch):
         (0, 1e-4),
         (1, 1e-4),
     ]
+    # no answer in time from a live group: it may still carry the copy out, which stands
+    driver.actors[1] = Actor(dead=True, error=ray.exceptions.GetTimeoutError("busy"))
+    for _ in range(10):
+        driver.pbt.record_episode(3, 0.0)
+    driver.env_steps = [3000] * 4
+    driver._pbt_step()
+    replaced = [e for e in read_events(driver.pbt.lineage_path) if e["action"] == "replace"]
+    assert [e["policy"] for e in replaced] == [3] and driver._failed_copies == 2
     driver.scalars.close()
     driver.run_lock.release()
