@@ -311,8 +311,8 @@ class PettingZooAECAdapter:
         self.random_opening = int(random_opening)
         self._opening_rng = np.random.default_rng(seed)
 
-    def _observe(self, agent: Any, moving: bool):
-        if self._done[self.agent_names.index(agent)]:  # out of the game: zeros, waiting
+    def _observe(self, agent: Any, moving: bool, out: bool = False):
+        if out:  # out of the game: zeros, waiting
             return self._out_obs
         raw = self.env.observe(agent)
         inner = raw[self.state_key] if self.masked else raw
@@ -329,7 +329,7 @@ class PettingZooAECAdapter:
 
     def _observations(self) -> list:
         mover = self.env.agent_selection
-        return [self._observe(a, a == mover) for a in self.agent_names]
+        return [self._observe(a, a == mover, done) for a, done in zip(self.agent_names, self._done)]
 
     def reset(self, seed: Optional[int] = None, options: Optional[dict] = None):
         if seed is None:

@@ -45,9 +45,13 @@ INHERITED = [
     "num_envs_per_worker",
     "train_for_env_steps",
     *MODEL_FLAGS,
-    *(f.name for f in FLAGS if f.group == "learning" and f.name not in MODEL_FLAGS),
+    # but --policy_values: the member's own values are in the lineage
+    *(
+        f.name
+        for f in FLAGS
+        if f.group == "learning" and f.name not in (*MODEL_FLAGS, "policy_values")
+    ),
 ]
-INHERITED.remove("policy_values")  # the member's own values are in the lineage
 
 
 # flags the replay sets itself, and why

@@ -273,7 +273,7 @@ class PopulationDriver:
         PBT run resumed without it keeps what PBT gave each member (its policy files; the
         checkpoints hold the same learning values); else --policy_values; else None."""
         from rl_pbt.config.policy_values import load_policy_values, split_values
-        from rl_pbt.pbt.search_space import flatten_shaping, saved_member_shaping, unflatten_shaping
+        from rl_pbt.pbt.search_space import overlay_shaping, saved_member_shaping
 
         n, default = self.cfg.num_policies, self.default_shaping
         if pbt_stopped:
@@ -287,8 +287,7 @@ class PopulationDriver:
             hparams, shaping_flat = split_values(entry)
             shaping = None
             if shaping_flat and default is not None:
-                flat = {**flatten_shaping(default), **shaping_flat}
-                shaping = unflatten_shaping(flat, default)
+                shaping = overlay_shaping(default, shaping_flat, default)
             out.append((dict(hparams), shaping))
         log(f"per-policy values from {self.cfg.policy_values}, sent to each member's group")
         return out

@@ -326,6 +326,12 @@ def diff_values(old: Mapping[str, Any], new: Mapping[str, Any]) -> dict[str, lis
     return changes
 
 
+def overlay_shaping(base: Mapping[str, Any], leaves: Mapping[str, Any], default: dict) -> dict:
+    """The whole nested shaping `base` with the flat leaves `leaves` (`rew.`-prefixed, as
+    --policy_values gives them) laid over it, in the form of the env's `default`."""
+    return unflatten_shaping({**flatten_shaping(base), **leaves}, default)
+
+
 def saved_member_shaping(exp_dir: str, policy_id: int, default: Optional[dict]) -> Optional[dict]:
     """The reward shaping PBT last gave member `policy_id` of the run in `exp_dir` (its
     policy file), on the env's `default` (tuples stay tuples; leaves the env no longer has are

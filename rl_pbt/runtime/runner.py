@@ -70,7 +70,7 @@ from rl_pbt.memory.buffers import TrajectoryBuffers, num_slots_needed
 from rl_pbt.memory.param_store import ParamStore
 from rl_pbt.memory.slots import SlotPool
 from rl_pbt.models.actor_critic import make_actor_critic
-from rl_pbt.pbt.search_space import flatten_shaping, saved_member_shaping, unflatten_shaping
+from rl_pbt.pbt.search_space import flatten_shaping, overlay_shaping, saved_member_shaping
 from rl_pbt.runtime import heartbeat as hb
 from rl_pbt.runtime import serial_state
 from rl_pbt.runtime.control import (
@@ -470,10 +470,8 @@ class Runner:
         self.resume_hparams: dict[str, float] = {}
         # a PBT run resumed without PBT: each member keeps the values PBT gave it, so the
         # starting values of --policy_values are not laid over them again
-        self.pbt_stopped = (
-            self.resuming and bool((saved or {}).get("with_pbt")) and not cfg.with_pbt
-        )
-        self.policy_values_unused = self.pbt_stopped and self.policy_values is not None
+        pbt_stopped = self.resuming and bool((saved or {}).get("with_pbt")) and not cfg.with_pbt
+        self.policy_values_unused = pbt_stopped and self.policy_values is not None
         if self.policy_values_unused:
             self.policy_values = None
         if self.resuming:
@@ -754,7 +752,7 @@ class Runner:
         base = base or self.default_shaping
         if not shaping_flat:
             return base
-        return unflatten_shaping({**flatten_shaping(base), **shaping_flat}, self.default_shaping)
+        return overlay_shaping(base, shaping_flat, self.default_shaping)
 
     def run(self) -> int:
         # the stop sets its own handlers: a caller's (a script training twice) come back after

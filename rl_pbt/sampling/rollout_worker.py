@@ -782,7 +782,11 @@ class RolloutWorker(ServerActing):
         base = e * n
         # an episode the env could not finish (a crashed game): trained on as a cut, but it has
         # no result, so neither its statistics nor its match are kept
-        aborted = bool(infos) and any(infos[a].get("episode_aborted") for a in range(n))
+        aborted = (
+            bool(infos)
+            and dones[off : off + n].any()
+            and any(infos[a].get("episode_aborted") for a in range(n))
+        )
         for a in range(n):
             i = base + a
             done = bool(dones[off + a])
