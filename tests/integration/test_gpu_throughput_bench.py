@@ -6,6 +6,8 @@ import os
 import subprocess
 import sys
 
+import pytest
+
 from benchmarks.gpu_throughput import RunResult, learner_rate, table_row
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -16,6 +18,7 @@ def _number(cell: str) -> float:
     return float(cell.replace(",", ""))
 
 
+@pytest.mark.slow  # a 15 s benchmark run; the row's pieces are tested below
 def test_cartpole_local_row(tmp_path):
     cmd = [
         sys.executable,

@@ -166,6 +166,7 @@ def test_population_over_two_nodes(cluster, tmp_path, capsys):
     assert read(os.path.join(exp, "pbt", "lineage.jsonl")) == lineage
 
 
+@pytest.mark.slow  # 33 s; the population over two nodes stays in the default run
 def test_self_play_over_node_folders_the_driver_cannot_see(cluster, tmp_path, capsys):
     """Arena self-play in 2 node groups that keep their runs in a folder the driver does not
     see (--ray_node_dir, as on another node's disk). Each group's frozen snapshots join the
