@@ -115,17 +115,28 @@ class PopulationStats:
     def add_sampling(self, frames: int) -> None:
         self.frames_total += frames
 
-    def add_episode(self, ep) -> None:
+    def add_episode(self, ep, current: bool = True) -> None:
+        """One finished episode; `current=False`: begun on weights a PBT copy has replaced
+        (or while the copy is on its way), counted but kept out of the member's windows."""
         if not isinstance(ep.policy_id, (int, np.integer)):
             return  # a frozen snapshot's episode: not part of the population's statistics
         p = int(ep.policy_id)
+        self.episodes_total[p] += 1
+        if not current:
+            return
         self.returns[p].append(ep.episode_return)
         self.lengths[p].append(ep.length)
         if ep.objective is not None:
             self.objectives[p].append(ep.objective)
         for k, v in ep.extra.items():
             self.extra[p].setdefault(k, collections.deque(maxlen=self.cfg.stats_avg)).append(v)
-        self.episodes_total[p] += 1
+
+    def forget(self, policy: int) -> None:
+        """A PBT copy has landed on `policy`: its windows held the replaced weights' episodes
+        (the status line, the scalars and summary.json show the copy's own from here)."""
+        for window in (self.returns, self.lengths, self.objectives):
+            window[policy].clear()
+        self.extra[policy] = {}
 
     def add_train(self, report) -> None:
         self.train[report.policy_id] = dict(report.stats)

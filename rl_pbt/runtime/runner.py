@@ -1365,17 +1365,18 @@ class Runner:
             if isinstance(msg, WorkerReport):
                 self.stats.add_sampling(msg.env_steps * self.cfg.env_frameskip)
                 for ep in msg.episodes:
-                    self.stats.add_episode(ep)
+                    current = not isinstance(ep.policy_id, int) or self._counts_for_pbt(
+                        ep.policy_id, ep.policy_version
+                    )
+                    self.stats.add_episode(ep, current)
                     ranked = self.pbt_on_episodes or self.control is not None
-                    if not ranked or not isinstance(ep.policy_id, int):
+                    if not ranked or not isinstance(ep.policy_id, int) or not current:
                         continue
                     objective, is_return = ep.objective, ep.objective is None
                     if is_return:
                         if self.pbt_on_episodes:
                             self.stats.warn_no_objective(ep.policy_id)
                         objective = ep.episode_return
-                    if not self._counts_for_pbt(ep.policy_id, ep.policy_version):
-                        continue
                     if self.pbt_on_episodes:
                         self.pbt.record_episode(ep.policy_id, objective)
                     if self.control is not None:  # ranked by the population's driver
@@ -1427,6 +1428,7 @@ class Runner:
                     if source is not None:
                         self.elo.set_rating(msg.policy_id, self.elo.rating(source))
                     self.cross_play.forget(msg.policy_id)  # its games were the old weights'
+                    self.stats.forget(msg.policy_id)
                     self.copied_version[msg.policy_id] = int(msg.data["version"])
                 if msg.kind == "copy_trained" and msg.data["decided"] is not None:
                     decided = msg.data["decided"]  # that copy's own decision

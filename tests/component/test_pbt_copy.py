@@ -199,8 +199,12 @@ def test_pbt_counts_only_episodes_of_the_copied_weights(tmp_path):
         runner._consume_reports()
 
     before = len(runner.pbt._windows[1])
+    shown = list(runner.stats.returns[1])  # the status line's window of the old weights
+    total = runner.stats.episodes_total[1]
     report(5, 0.25)  # while the copy is on its way
     assert len(runner.pbt._windows[1]) == before
+    assert list(runner.stats.returns[1]) == shown
+    assert runner.stats.episodes_total[1] == total + 1
     assert 1 not in {d.source_id for d in runner.pbt.update([10**6, 10**6], copying={1})}
 
     host.handle(drain(runner.learner_queues[0])[0])  # the source exports, forwards the copy
@@ -210,10 +214,15 @@ def test_pbt_counts_only_episodes_of_the_copied_weights(tmp_path):
     landed = learners[1].version
     assert runner.copying == {} and runner.copied_version == {1: landed}
     assert runner.elo.rating(1) == 1500.0
+    assert len(runner.stats.returns[1]) == 0 and len(runner.stats.objectives[1]) == 0
     report(landed - 1, 0.5)  # began on the replaced weights
     assert len(runner.pbt._windows[1]) == before
+    assert len(runner.stats.returns[1]) == 0
     report(landed, 0.75)
     assert list(runner.pbt._windows[1])[-1] == 0.75
+    # the status line and summary.json show the copy's own episodes only
+    assert list(runner.stats.returns[1]) == [0.75] == list(runner.stats.objectives[1])
+    assert runner.stats.episodes_total[1] == total + 3
 
     # games: one begun on the replaced weights rates nobody; one of the copy does
     def game(version):
