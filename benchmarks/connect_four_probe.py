@@ -24,6 +24,7 @@ import argparse
 import os
 import sys
 import time
+from typing import Optional
 
 import numpy as np
 import torch
@@ -36,9 +37,13 @@ from envs.connect_four_batch import COLS, ROWS, ConnectFourBatch  # noqa: E402
 from rl_pbt.models.actor_critic import CONV_ARCHITECTURES, conv_encoder, mlp  # noqa: E402
 
 
-def win_positions(n: int, seed: int, copies: int = 256) -> tuple[np.ndarray, np.ndarray]:
+def win_positions(
+    n: int, seed: int, copies: int = 256, exclude: Optional[np.ndarray] = None
+) -> tuple[np.ndarray, np.ndarray]:
     """`n` positions from random games where the mover can win at once: board planes
-    [n, 2, 6, 7] seen by the mover, and the label [n, 7] (winning columns share 1)."""
+    [n, 2, 6, 7] seen by the mover, and the label [n, 7] (winning columns share 1); none of
+    the boards in `exclude` (a held-out set stays out of the training set)."""
+    skip = {b.tobytes() for b in exclude} if exclude is not None else set()
     rng = np.random.default_rng(seed)
     env = ConnectFourBatch([seed * 100_003 + k for k in range(copies)], board_planes=True)
     ks = np.arange(copies)
@@ -50,7 +55,7 @@ def win_positions(n: int, seed: int, copies: int = 256) -> tuple[np.ndarray, np.
             mover = int(env.mover[k])
             legal = np.flatnonzero(env.heights[k] < ROWS)
             cols = winning_columns(board_from_obs(obs[k][mover]), 1)
-            if cols:
+            if cols and obs[k][mover]["observation"].tobytes() not in skip:
                 label = np.zeros(COLS)
                 label[cols] = 1.0 / len(cols)
                 xs.append(obs[k][mover]["observation"])
@@ -112,9 +117,10 @@ def main(argv=None) -> int:
     torch.set_num_threads(1)
     start = time.perf_counter()
     test = win_positions(args.test, seed=args.seed + 1)
-    train = win_positions(args.positions, seed=args.seed + 2)
+    train = win_positions(args.positions, seed=args.seed + 2, exclude=test[0])
     print(f"{len(train[0]):,} training and {len(test[0]):,} held-out positions with a win at "
-          f"once, from random games ({time.perf_counter() - start:.0f} s)")  # fmt: skip
+          f"once, from random games, none of them held out "
+          f"({time.perf_counter() - start:.0f} s)")  # fmt: skip
     print(f"held-out positions where a random legal column wins: {random_baseline(test):.2f}")
     print("| encoder | step | picks a winning column | training seconds |\n|---|---|---|---|")
     for encoder in args.encoders:

@@ -107,6 +107,7 @@ def main(argv: Optional[list[str]] = None) -> int:
     args = ap.parse_args(argv)
 
     train_dir = args.train_dir or tempfile.mkdtemp(prefix="soak_")
+    os.makedirs(train_dir, exist_ok=True)
     exp_dir = os.path.join(train_dir, "soak")
     seconds = int(args.minutes * 60)
     cmd = [

@@ -7,7 +7,6 @@ from __future__ import annotations
 import atexit
 import contextlib
 import os
-import tempfile
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Optional
@@ -15,6 +14,7 @@ from typing import Any, Optional
 import numpy as np
 import vizdoom as vzd
 
+from envs.vizdoom.processes import doom_ini_path
 from envs.vizdoom.scenarios import GAME_VARIABLES, MAX_PLAYERS, Scenario
 
 # Resolutions VizDoom can render, smallest first; a frame is rendered at the smallest one that
@@ -233,13 +233,6 @@ def match_result(mine: float, rivals: list[float]) -> float:
     return 1.0 if mine > best else 0.5 if mine == best else 0.0
 
 
-def doom_work_dir() -> str:
-    """A folder for the files Doom writes (config, crash logs), outside the repository."""
-    folder = os.path.join(tempfile.gettempdir(), "rl_pbt_vizdoom")
-    os.makedirs(folder, exist_ok=True)
-    return folder
-
-
 def _make_doom_folder() -> None:
     """Doom makes ./_vizdoom/ in the folder it starts in when the folder has none; two games
     starting at once there can both find it missing, and the one whose mkdir fails crashes
@@ -250,8 +243,9 @@ def _make_doom_folder() -> None:
 
 
 def _doom_ini_path() -> str:
-    """Doom's settings file, one per process (removed when the process exits)."""
-    path = os.path.join(doom_work_dir(), f"_vizdoom_{os.getpid()}.ini")
+    """Doom's settings file, one per process (removed when the process exits, or by the next
+    Doom start after it was killed: processes.kill_orphans)."""
+    path = doom_ini_path()
     if path not in _INI_FILES:
         _INI_FILES.add(path)
         atexit.register(_remove_quietly, path)

@@ -23,13 +23,13 @@ from envs.vizdoom.doom_env import MAX_CONSECUTIVE_FAILURES, episode_stats
 from envs.vizdoom.game import (
     DoomSettings,
     bot_frags,
-    doom_work_dir,
     match_result,
     self_play_frag_variables,
 )
 from envs.vizdoom.processes import (
     DoomGameError,
     DoomStartError,
+    doom_work_dir,
     release_port,
     reserve_port,
     start_slot,

@@ -198,80 +198,105 @@ def _has_pair(args: list[str], marker: tuple[str, str]) -> bool:
 
 
 def track_pids(pids: Iterable[int], owner: str) -> None:
-    pids = list(pids)
     with _live_pids_lock:
         for pid in pids:
             _live_pids[pid] = owner
-    _record_owned(pids)
 
 
-# The Doom processes of a process killed before it could close its envs (a SIGKILLed rollout
-# worker) are no one's children any more, and nothing ends them: each live one is recorded by a
-# file named after its owner and itself (pid and start time, so a reused pid is not mistaken
-# for either), and each Doom start first ends those whose owner is gone.
-def _owners_dir() -> str:
-    folder = os.path.join(tempfile.gettempdir(), "rl_pbt_vizdoom", "owners")
+def doom_work_dir() -> str:
+    """A folder for the files Doom writes (config, crash logs), outside the repository."""
+    folder = os.path.join(tempfile.gettempdir(), "rl_pbt_vizdoom")
     os.makedirs(folder, exist_ok=True)
     return folder
 
 
-def _start_time(pid: int) -> Optional[str]:
+# Doom's settings file, one per process that starts games: named after that process, it is on
+# each of its Doom processes' command lines (-config), so every Doom process started here
+# names its owner, recorded or not (one may start while its owner is SIGKILLed)
+INI_PREFIX, INI_SUFFIX = "_vizdoom_", ".ini"
+
+
+def doom_ini_path(pid: Optional[int] = None) -> str:
+    return os.path.join(doom_work_dir(), f"{INI_PREFIX}{pid or os.getpid()}{INI_SUFFIX}")
+
+
+def _start_time(pid: int) -> Optional[int]:
     """The process's start time in clock ticks since boot (None when it is gone)."""
     try:
         with open(f"/proc/{pid}/stat") as f:
-            return f.read().rsplit(")", 1)[1].split()[19]
-    except (OSError, IndexError):
+            return int(f.read().rsplit(")", 1)[1].split()[19])
+    except (OSError, IndexError, ValueError):
         return None
 
 
-def _record_owned(pids: list[int]) -> None:
-    me, mine = os.getpid(), _start_time(os.getpid())
-    if mine is None:  # no /proc: nothing to record
-        return
-    for pid in pids:
-        started = _start_time(pid)
-        if started is not None:
-            with contextlib.suppress(OSError):
-                open(os.path.join(_owners_dir(), f"{me}-{mine}-{pid}-{started}"), "w").close()
+def doom_owner(args: list[str]) -> Optional[int]:
+    """The pid of the process that started the Doom process of command line `args` (from its
+    settings file); None for one not started by this package."""
+    for key, value in zip(args, args[1:]):
+        if key == "-config" and os.path.dirname(value) == doom_work_dir():
+            name = os.path.basename(value)
+            number = name[len(INI_PREFIX) : -len(INI_SUFFIX)]
+            if name.startswith(INI_PREFIX) and name.endswith(INI_SUFFIX) and number.isdigit():
+                return int(number)
+    return None
 
 
-def _unrecord_owned(pids: Iterable[int]) -> None:
-    prefix = f"{os.getpid()}-{_start_time(os.getpid())}-"
-    wanted = {str(p) for p in pids}
-    with contextlib.suppress(OSError):
-        for name in os.listdir(_owners_dir()):
-            if name.startswith(prefix) and name[len(prefix) :].split("-")[0] in wanted:
-                with contextlib.suppress(OSError):
-                    os.remove(os.path.join(_owners_dir(), name))
+def _outlived_owner(pid: int, args: list[str]) -> bool:
+    """A Doom process started here whose owner is gone (a process of that pid started after
+    the Doom process is another one)."""
+    owner = doom_owner(args)
+    if owner is None:
+        return False
+    owner_start, start = _start_time(owner), _start_time(pid)
+    if start is None:
+        return False
+    return owner_start is None or owner_start > start or _is_zombie(owner)
 
 
 def kill_orphans() -> list[int]:
-    """Kill the Doom processes recorded by processes that are gone; returns their pids."""
-    killed = []
-    try:
-        names = os.listdir(_owners_dir())
-    except OSError:
-        return killed
-    for name in names:
-        try:
-            owner, owner_start, pid, pid_start = name.split("-")
-        except ValueError:
-            continue
-        if _start_time(int(owner)) == owner_start:
-            continue  # its owner lives: its games are its own to close
-        if _start_time(int(pid)) == pid_start and "vizdoom" in " ".join(_cmdline(int(pid))[:1]):
-            with contextlib.suppress(ProcessLookupError, PermissionError):
-                os.kill(int(pid), signal.SIGKILL)
-                killed.append(int(pid))
+    """Kill the Doom processes started here whose owner is gone (a SIGKILLed rollout worker's:
+    nothing else would end them) and free their shared memory; remove the settings files of
+    processes that are gone. Returns the pids killed."""
+    orphans = []
+    for entry in os.listdir("/proc"):
+        if entry.isdigit() and int(entry) != os.getpid():
+            args = _cmdline(int(entry))
+            if args and "vizdoom" in os.path.basename(args[0]) and not _is_zombie(int(entry)):
+                if _outlived_owner(int(entry), args):
+                    orphans.append(int(entry))
+    if orphans:
+        kill_pids(orphans)
+    with contextlib.suppress(OSError):
+        for name in os.listdir(doom_work_dir()):
+            number = name[len(INI_PREFIX) : -len(INI_SUFFIX)]
+            if name.startswith(INI_PREFIX) and name.endswith(INI_SUFFIX) and number.isdigit():
+                if _start_time(int(number)) is None:
+                    with contextlib.suppress(OSError):
+                        os.remove(os.path.join(doom_work_dir(), name))
+    return orphans
+
+
+# the shared memory of a Doom process and its controller; Doom unlinks them when it closes,
+# not when it is killed
+SHM_NAMES = ("ViZDoomSM", "ViZDoomMQCtr", "ViZDoomMQDoom")
+
+
+def _unlink_shared_memory(instance_id: str) -> None:
+    for name in SHM_NAMES:
         with contextlib.suppress(OSError):
-            os.remove(os.path.join(_owners_dir(), name))
-    return killed
+            os.remove(os.path.join("/dev/shm", name + instance_id))
 
 
 def kill_pids(pids: Iterable[int], wait: float = 3.0) -> None:
-    """SIGKILL (Doom ignores SIGTERM) and reap, so that no process or zombie is left."""
+    """SIGKILL (Doom ignores SIGTERM) and reap, so that no process or zombie is left; the
+    shared memory of those that are gone is unlinked."""
     pids = list(pids)
+    instances = {}
     for pid in pids:
+        args = _cmdline(pid)
+        ids = [v for k, v in zip(args, args[1:]) if k == "+viz_instance_id"]
+        if ids and "vizdoom" in os.path.basename(args[0]):
+            instances[pid] = ids[0]
         with contextlib.suppress(ProcessLookupError, PermissionError):
             os.kill(pid, signal.SIGKILL)
     deadline = time.monotonic() + wait
@@ -290,18 +315,18 @@ def kill_pids(pids: Iterable[int], wait: float = 3.0) -> None:
                     pending.discard(pid)
         if pending:
             time.sleep(0.02)
+    for pid, instance_id in instances.items():
+        if pid not in pending:
+            _unlink_shared_memory(instance_id)
     with _live_pids_lock:
         for pid in pids:
             _live_pids.pop(pid, None)
-    _unrecord_owned(pids)
 
 
 def forget_pids(pids: Iterable[int]) -> None:
-    pids = list(pids)
     with _live_pids_lock:
         for pid in pids:
             _live_pids.pop(pid, None)
-    _unrecord_owned(pids)
 
 
 @atexit.register

@@ -20,7 +20,7 @@ vzd = pytest.importorskip("vizdoom")
 import envs.vizdoom  # noqa: E402,F401  (registers the Doom env names)
 from envs.vizdoom import game as doom_game  # noqa: E402
 from envs.vizdoom import multiplayer as doom_mp  # noqa: E402
-from envs.vizdoom.processes import DoomStartError, doom_pids  # noqa: E402
+from envs.vizdoom.processes import SHM_NAMES, DoomStartError, doom_ini_path, doom_pids  # noqa: E402
 from envs.vizdoom.scenarios import GAME_VARIABLES, GV, SCENARIOS, ActionMapper  # noqa: E402
 from envs.vizdoom.selfplay_game import Snapshot  # noqa: E402
 from envs.vizdoom.shaping import RewardShaper, default_shaping, flatten  # noqa: E402
@@ -427,27 +427,40 @@ sys.path.insert(0, sys.argv[1])
 import envs.vizdoom
 from envs.vizdoom.processes import doom_pids
 from rl_pbt.envs.registry import make_env
+from envs.vizdoom.processes import forget_pids, _cmdline
 env = make_env("doom_basic", None, {"env_id": 77, "worker_index": 0, "vector_index": 0})
 env.reset()
-print(*doom_pids(), flush=True)
+pids = doom_pids()
+# as if killed before it recorded them (while the game was starting)
+forget_pids(pids)
+ids = [a for p in pids for k, a in zip(_cmdline(p), _cmdline(p)[1:]) if k == "+viz_instance_id"]
+print(*pids, flush=True)
+print(*ids, flush=True)
 time.sleep(60)
 """
 
 
 def test_doom_of_a_killed_process_is_ended_by_the_next_start():
-    """A rollout worker SIGKILLed with its games running (the runner starts another): before,
-    its Doom processes ran on, one set per restart; the next Doom start now ends them."""
+    """A rollout worker SIGKILLed with its games running (the runner starts another), even
+    one killed while a game was starting (before it kept the game's pid): before, its Doom
+    processes ran on, one set per restart, with their shared memory and settings file; the
+    next Doom start now ends them and removes both."""
     root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
     owner = subprocess.Popen([sys.executable, "-c", OWNER, root], stdout=subprocess.PIPE,
                              text=True, start_new_session=True)  # fmt: skip
     try:
         left = [int(p) for p in owner.stdout.readline().split()]
+        ids = owner.stdout.readline().split()
     finally:
         owner.kill()
         owner.wait()
-    assert left, "the owner's game did not start"
+    assert left and len(ids) == len(left), "the owner's game did not start"
+    segments = [f"/dev/shm/{name}{i}" for i in ids for name in SHM_NAMES]
+    ini = doom_ini_path(owner.pid)  # Doom writes it when a game closes (none has here)
+    open(ini, "a").close()
     time.sleep(0.5)
     assert all(os.path.exists(f"/proc/{p}") for p in left)  # no one ended them so far
+    assert all(os.path.exists(path) for path in segments + [ini])
     env = make_env("doom_basic", None, env_config())
     try:
         env.reset()
@@ -455,6 +468,7 @@ def test_doom_of_a_killed_process_is_ended_by_the_next_start():
         while any(os.path.exists(f"/proc/{p}") for p in left) and time.monotonic() < deadline:
             time.sleep(0.1)
         assert not any(os.path.exists(f"/proc/{p}") for p in left)
+        assert not any(os.path.exists(path) for path in segments + [ini])
     finally:
         env.close()
         for p in left:
