@@ -36,6 +36,7 @@ def main(argv: list[str] | None = None, prog: str = "rl-pbt-train") -> int:
         return config_error(e, prog)
     if argv is None:  # the command line: a jammed run may restart itself with it, resuming
         runner.REEXEC_ARGV = [sys.executable, "-m", "launch.train", *resume_flags(sys.argv[1:])]
+        runner.WHOLE_PROCESS = True
     try:
         return train(cfg)
     except ConfigError as e:  # found once the env is built, still before anything is written

@@ -74,7 +74,10 @@ class Heartbeats:
         self._det_np[idx] = detail
 
     def describe(self, idx: int) -> str:
-        return ACTIVITIES[int(self._act_np[idx])].format(detail=int(self._det_np[idx]))
+        activity, detail = int(self._act_np[idx]), int(self._det_np[idx])
+        if activity == INFERENCE and detail < 0:  # one pass for all its policies (fused)
+            return "running inference for all its policies"
+        return ACTIVITIES[activity].format(detail=detail)
 
     def silent_for(self, idx: int, now: float | None = None) -> float:
         stamp = float(self._stamp_np[idx])

@@ -165,11 +165,17 @@ HUNG_STOP_GRACE_S = 2.0  # a worker or inference process that stopped answering 
 # rl-pbt-train sets this to its own command line (with --restart_behavior=resume): a jammed run
 # restarts itself with it from its last checkpoints (--restart_on_jam)
 REEXEC_ARGV: Optional[list[str]] = None
+# rl-pbt-train sets this: the run is the process's whole work, so once it has stopped a
+# SIGINT or SIGTERM (Ctrl-C pressed again) is ignored, not a traceback in the process's exit
+WHOLE_PROCESS = False
 JAM_RESTARTS_ENV = "RL_PBT_JAM_RESTARTS"  # times of the restarts so far, comma-separated
 JAM_RESTARTS_PER_HOUR = 3
 # the time the command first started, carried over its automatic restarts: --train_for_seconds
 # counts from it (a resume by running the command again counts anew)
 STARTED_AT_ENV = "RL_PBT_STARTED_AT"
+# the watchdog sleeps 1 s: a wake (or a turn of the main loop) this much later means the run was
+# suspended, and no component could beat meanwhile
+SUSPENDED_AFTER_S = 5.0
 JAM_AFTER_DEATH_S = 300.0  # a silent component this soon after a worker death: a jam
 
 
@@ -581,6 +587,7 @@ class Runner:
         self.silent_rows: set[int] = set()  # heartbeat rows found not answering
         self.worker_restarts = 0
         self._loop_alive = time.monotonic()  # the watchdog's view of the main loop
+        self._resumed_at = -float("inf")  # when the watchdog last woke from a suspension
         self.proc_hb: dict[str, int] = {}  # process name -> its (first) heartbeat row
         self.copying: dict[int, int] = {}  # PBT copies sent and not yet landed: target -> source
         # after a copy: the version of the target's copied weights; its episodes that began on
@@ -604,6 +611,7 @@ class Runner:
         self.stop_signals = _StopSignals()  # a SIGINT or SIGTERM noted, for the loop to take
         # policies a checkpoint of which could not be written: the run ends with status 1
         self.save_failed: set[int] = set()
+        self.side_state_failed = False  # at the last save of pbt/state.json, Elo, summary.json
         # a node group of a population on several machines: its PBT is decided outside
         self.control: Optional[GroupControl] = None
         # last: a run stopped by an error above leaves the config of the run it resumes alone
@@ -764,7 +772,9 @@ class Runner:
             return self._run()
         finally:
             for sig, handler in previous.items():
-                if handler is not None:
+                if WHOLE_PROCESS:
+                    _set_signal(sig, signal.SIG_IGN)
+                elif handler is not None:
                     _set_signal(sig, handler)
 
     def _run(self) -> int:
@@ -843,7 +853,8 @@ class Runner:
             best_policy=self.stats.best_policy(),
             own_env=self._own_env(),
             status=status,
-            interrupted=self.interrupted,
+            # "stopped with what it learned saved" only where every save at the stop was
+            interrupted=self.interrupted and not self.save_failed and not self.side_state_failed,
             trained=status == 0 or any(self._kept_steps()),
         )
         print(text, flush=True)
@@ -1076,7 +1087,10 @@ class Runner:
             self._loop_alive = time.monotonic()
             threading.Thread(target=self._watch_loop, name="runner-watchdog", daemon=True).start()
             while not self._tick():
-                self._loop_alive = time.monotonic()
+                now = time.monotonic()
+                if now - self._loop_alive > SUSPENDED_AFTER_S:  # see _watch_loop
+                    self._resumed_at = now
+                self._loop_alive = now
                 self._take_stop_request()
                 self._check_health()
         except ComponentFailure as e:
@@ -1147,6 +1161,8 @@ class Runner:
                 self.jammed = True
                 raise ComponentFailure(what)
         stale = self.heartbeats.stale(self.cfg.heartbeat_timeout)
+        if stale and time.monotonic() - self._resumed_at < self.cfg.heartbeat_timeout:
+            stale = []  # suspended with the rest (Ctrl-Z, a batch system): they beat again
         if stale:
             idx, silent = stale[0]
             self.silent_rows = {i for i, _ in stale}
@@ -1161,9 +1177,18 @@ class Runner:
     def _watch_loop(self) -> None:
         """The runner's own heartbeat: if its loop stops turning for --heartbeat_timeout (a
         shared queue left locked by a process killed inside it can block it for good), stop
-        the children (learners save on the stop flag when they can) and exit, not hang."""
+        the children (learners save on the stop flag when they can) and exit, not hang.
+        A wake far later than asked means the process was suspended (SIGSTOP, Ctrl-Z): the
+        loop and the children's heartbeats get --heartbeat_timeout from then."""
+        woke = time.monotonic()
         while not self._loop_done.wait(1.0):
-            stuck = time.monotonic() - self._loop_alive
+            now, slept = time.monotonic(), time.monotonic() - woke
+            woke = now
+            if slept > SUSPENDED_AFTER_S:
+                self._loop_alive = self._resumed_at = now
+                log(f"the run was suspended for {slept:.0f} s; going on")
+                continue
+            stuck = now - self._loop_alive
             # stopping takes its own time (saving, joining): the loop has stopped turning then
             limit = self.cfg.heartbeat_timeout + (90 if self.stop_flag[0] else 0)
             if stuck < limit:
@@ -1631,15 +1656,17 @@ class Runner:
     def _save_side_state(self) -> None:
         """pbt/state.json first (what the next run resumes from), then Elo and summary.json;
         a write that fails (a full disk) is logged and the others are still tried."""
-        if self.pbt is not None:
-            _try_write("pbt/state.json", self.pbt.save)
-        _try_write("the Elo ratings", self._save_elo)
-        _try_write("summary.json", self._write_summary)
+        written = [_try_write("pbt/state.json", self.pbt.save)] if self.pbt is not None else []
+        written.append(_try_write("the Elo ratings", self._save_elo))
+        written.append(_try_write("summary.json", self._write_summary))
         # the curves' last point: the run's final step counts (not the last timed row's)
-        _try_write(
-            "the last scalars",
-            lambda: self.stats.maybe_write_summaries(self.env_steps, self.pbt, force=True),
+        written.append(
+            _try_write(
+                "the last scalars",
+                lambda: self.stats.maybe_write_summaries(self.env_steps, self.pbt, force=True),
+            )
         )
+        self.side_state_failed = not all(written)  # the end's text says so
 
     def _write_summary(self) -> None:
         summary = self.stats.summary(self._kept_steps())  # what a resume starts from

@@ -170,6 +170,10 @@ class RolloutWorker(ServerActing):
         self.all_obs_checked = False  # every actor's: no more checks
         self.skipped = np.zeros(n_act, dtype=bool)  # the actors the last forward pass skipped
         self.cur_obs = {k: np.zeros((n_act, *s), dtype=d) for k, s, d in model.obs_spec.items()}
+        # keys whose stored values must be finite (a NaN would reach the learner's loss)
+        self.float_keys = [
+            k for k, v in self.cur_obs.items() if k != MASK_KEY and v.dtype.kind == "f"
+        ]
         self.seat: list[Any] = [0] * n_act  # policy id (int) or snapshot id (str) per actor
         self.seat_row = np.zeros(n_act, dtype=np.int64)  # the seat's policy, -1 for a snapshot
         self.slot = np.full(n_act, -1, dtype=np.int64)
@@ -281,6 +285,22 @@ class RolloutWorker(ServerActing):
                 if not (row[lo:hi] > 0).any():
                     e, a = divmod(actor, self.num_agents)
                     raise empty_action_mask(self._where(e, a), head, len(self.mask_heads))
+        self._check_finite(actor, actor + 1)
+
+    def _check_finite(self, lo: int, hi: int) -> None:
+        """The stored observations of actors lo..hi-1 hold no NaN or infinity (nor values a
+        float32 cannot hold): the first that does stops the run, named."""
+        for key in self.float_keys:
+            rows = self.cur_obs[key][lo:hi]
+            if np.isfinite(rows).all():
+                continue
+            j = int(np.flatnonzero(~np.isfinite(rows.reshape(hi - lo, -1)).all(axis=1))[0])
+            e, a = divmod(lo + j, self.num_agents)
+            part = "" if key == "obs" else f" (key '{key}')"
+            raise EnvContractError(
+                f"{self._where(e, a)}: the observation{part} holds NaN or infinite values "
+                f"(or values beyond float32's range); observations must be finite numbers"
+            )
 
     def _rewards(self, e: int, rewards) -> np.ndarray:
         """One step's rewards of env copy e as float32; a reward that is no finite number
@@ -743,6 +763,8 @@ class RolloutWorker(ServerActing):
         if not fits:
             for j, o in enumerate(flat):
                 self._store_obs(lo + j, o)
+        else:
+            self._check_finite(lo, hi)
 
     def _write_obs_rows(self, lo: int, hi: int, flat: list) -> bool:
         """Write observations `flat` to rows lo..hi-1 of each key at once; False where they do

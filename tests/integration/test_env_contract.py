@@ -33,6 +33,8 @@ class Broken(gym.Env):
                 obs = np.zeros(5, np.float32)
             elif self.fault == "nan_reward":
                 reward = float("nan")
+            elif self.fault == "nan_obs":
+                obs[2] = np.nan
             elif self.fault == "text_reward":
                 reward = "high"
             elif self.fault == "step_raises":
@@ -65,6 +67,7 @@ class BrokenMultiAgent:
 FAULTS = {
     "obs_shape": ("agent 0", "does not fit the observation space"),
     "nan_reward": ("agent 0", "the reward is nan"),
+    "nan_obs": ("agent 0", "the observation holds NaN or infinite values"),
     "text_reward": ("agent 0", "the reward 'high' is not a number"),
     "step_raises": ("copy", "step() raised ValueError: action out of range"),
     "reset_raises": ("copy", "reset() raised RuntimeError: the game server is gone"),

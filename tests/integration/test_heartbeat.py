@@ -1,7 +1,10 @@
 """A component that hangs or dies is named in a clear error and the run stops cleanly."""
 
+import contextlib
 import glob
 import os
+
+import pytest
 
 from rl_pbt import parse_cfg, register_env, train
 from tests.scripted_envs import HangingEnv
@@ -130,3 +133,41 @@ def test_killed_runner_leaves_no_orphans_and_keeps_progress(tmp_path):
         proc.kill()
     for p in (0, 1):
         assert glob.glob(os.path.join(tmp_path, "orphans", f"checkpoint_p{p}", "*.pth"))
+
+
+@pytest.mark.slow
+def test_a_suspended_run_goes_on_when_resumed(tmp_path):
+    """The whole run suspended (Ctrl-Z, a batch system) for longer than --heartbeat_timeout,
+    then resumed: before, the runner took every component for hung and stopped (and
+    `rl-pbt-train` restarted the run); now it goes on to its end."""
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    cmd = [sys.executable, "-m", "launch.train", "--env=CartPole-v1", "--num_workers=2"]
+    cmd += ["--num_envs_per_worker=2", "--rollout=8", "--batch_size=32", "--heartbeat_timeout=3"]
+    cmd += ["--encoder_mlp_layers", "8", "--train_for_seconds=25", "--status_interval=1"]
+    cmd += [f"--train_dir={tmp_path}", "--experiment=suspended"]
+    proc = subprocess.Popen(cmd, cwd=root, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                            start_new_session=True)  # fmt: skip
+    try:
+        deadline = time.monotonic() + 60
+        out = b""
+        for line in proc.stdout:  # training is under way once a status line shows frames
+            out += line
+            if b"fps" in line and b"frames" in line:
+                break
+            assert time.monotonic() < deadline, "no status line within 60 s"
+        os.killpg(proc.pid, signal.SIGSTOP)
+        time.sleep(8)  # past the timeout, also a starting component's (3x)
+        os.killpg(proc.pid, signal.SIGCONT)
+        out += proc.communicate(timeout=90)[0]
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, signal.SIGKILL)
+    text = out.decode(errors="replace")
+    assert "stopped answering" not in text and "has not moved" not in text, text[-2000:]
+    assert "was suspended for" in text
+    assert proc.returncode == 0, text[-2000:]

@@ -376,3 +376,4 @@ def test_a_failed_side_write_at_the_stop_leaves_the_others(tmp_path, monkeypatch
     runner.run_lock.release()
     assert state_path.is_file()
     assert "could not write summary.json: No space left on device" in capsys.readouterr().out
+    assert runner.side_state_failed  # the closing text will not say all was saved

@@ -168,3 +168,19 @@ def test_a_learner_killed_before_its_first_checkpoint_leaves_a_run_that_resumes(
     again = Runner(tiny_cfg(tmp_path, "k", "--train_for_env_steps=200"))  # not refused
     assert again.resuming and again.run() == 0
     assert checkpoint_files(exp_dir)
+
+
+def test_a_stop_whose_saves_failed_does_not_say_it_saved(tmp_path, monkeypatch, capfd):
+    """Ctrl-C (or SIGTERM) with the checkpoint folder refusing writes: the closing text said
+    the run was stopped "with what it learned saved"; it now says the run stopped before its
+    end and that the messages above say why."""
+    base = [*SERIAL_CARTPOLE, "--num_policies=1", f"--train_dir={tmp_path}", "--experiment=x"]
+    refuse_checkpoint_writes_in(str(tmp_path / "x" / "checkpoint_p0"), monkeypatch)
+    runner = Runner(parse_cfg([*base, "--train_for_env_steps=100000"]))
+    runner.stop_signals.requested = signal.SIGTERM  # taken at the loop's first turn
+    status = runner.run()
+    text = "".join(capfd.readouterr())
+    assert status == 1 and runner.interrupted and runner.save_failed, text[-3000:]
+    assert "cannot write a checkpoint" in text
+    assert "with what it learned saved" not in text, text[-1500:]
+    assert "The run stopped before its end" in text

@@ -153,3 +153,26 @@ def test_a_second_signal_before_the_loop_took_the_first_stops_at_once():
     assert handler.requested == signal.SIGINT and handler.name() == "SIGINT"
     with pytest.raises(KeyboardInterrupt):
         handler(signal.SIGINT, None)
+
+
+def test_rl_pbt_train_ignores_signals_once_its_run_has_stopped(tmp_path, monkeypatch):
+    """rl-pbt-train's run is the process's whole work: Ctrl-C pressed again after the stop
+    (while the process exits) was a KeyboardInterrupt traceback and exit status 130, not the
+    run's status."""
+    from rl_pbt import parse_cfg, train
+    from rl_pbt.runtime import runner as runner_module
+
+    monkeypatch.setattr(runner_module, "WHOLE_PROCESS", True)
+    before = {sig: signal.getsignal(sig) for sig in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        cfg = parse_cfg(
+            ["--env=CartPole-v1", "--serial_mode", "--num_envs_per_worker=2", "--rollout=8"]
+            + ["--batch_size=16", "--train_for_env_steps=200", "--encoder_mlp_layers=8"]
+            + [f"--train_dir={tmp_path}", "--experiment=whole"]
+        )
+        assert train(cfg) == 0
+        assert signal.getsignal(signal.SIGINT) is signal.SIG_IGN
+        assert signal.getsignal(signal.SIGTERM) is signal.SIG_IGN
+    finally:
+        for sig, handler in before.items():
+            signal.signal(sig, handler)
