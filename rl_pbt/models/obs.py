@@ -60,7 +60,12 @@ def obs_spec(space: gym.Space) -> ObsSpec:
     keys, shapes, dtypes = [], [], []
     for key, sub in subspaces:
         if key == MASK_KEY and isinstance(sub, gym.spaces.MultiBinary):
-            sub = gym.spaces.Box(0, 1, (int(np.prod(sub.shape)),), np.float32)
+            if len(sub.shape) != 1:  # stored flat, the env's own array would not fit
+                raise ValueError(
+                    f"observation key {MASK_KEY!r}: one 0/1 entry per action, a vector (for "
+                    f"several action heads, head after head); got MultiBinary{sub.shape}"
+                )
+            sub = gym.spaces.Box(0, 1, (int(sub.shape[0]),), np.float32)
         if not isinstance(sub, gym.spaces.Box):
             raise ValueError(
                 f"observation key {key!r}: only Box subspaces are supported (and MultiBinary "

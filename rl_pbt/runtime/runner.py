@@ -1749,13 +1749,27 @@ def action_box_note(space) -> Optional[str]:
     of them for a box with 0 at an edge, like [0, 1])."""
     if not isinstance(space, gym.spaces.Box):
         return None
-    low, high = np.asarray(space.low, float), np.asarray(space.high, float)
-    if np.all((low < 0) & (high > 0)):
+    low = np.asarray(space.low, float).reshape(-1)
+    high = np.asarray(space.high, float).reshape(-1)
+    bad = np.flatnonzero(~((low < 0) & (high > 0)))
+    if bad.size == 0:
         return None
-    edge = np.all((low <= 0) & (high >= 0))
+    edge = np.all((low[bad] <= 0) & (high[bad] >= 0))
+    ranges = [f"[{low[i]:g}, {high[i]:g}]" for i in bad]
+    if bad.size == low.size and len(set(ranges)) == 1:  # every dimension alike
+        where, many = f"the action box {ranges[0]}", False
+    else:
+        shown = bad[:6].tolist()
+        more = ", ..." if bad.size > 6 else ""
+        where = (
+            f"dimension{'s' if bad.size > 1 else ''} {', '.join(map(str, shown))}{more} of the "
+            f"action box ({', '.join(ranges[:6])}{more})"
+        )
+        many = bad.size > 1
+    held = ("have" if many else "has") + " 0 at an edge"
     return (
-        f"the action box [{low.min():g}, {high.max():g}] "
-        + ("has 0 at an edge" if edge else "does not hold 0")
+        f"{where} "
+        + (held if edge else ("do" if many else "does") + " not hold 0")
         + ", where the policy's actions start (std 1): clipped into the box, "
         + ("half of them start" if edge else "they all start")
         + " on its edge; rescale the actions in the env (e.g. to [-1, 1])"

@@ -95,6 +95,11 @@ def test_action_boxes_that_hold_zero_only_at_an_edge_are_named():
     assert "does not hold 0" in action_box_note(Box(0.5, 1.0, (2,)))
     assert action_box_note(Box(-1.0, 1.0, (2,))) is None
     assert action_box_note(Box(-0.1, 3.0, (1,))) is None
+    # the dimensions that fail, with their own bounds (it named [-2, 3], which holds 0)
+    note = action_box_note(Box(np.array([-2.0, 0.5]), np.array([2.0, 3.0])))
+    assert note.startswith("dimension 1 of the action box ([0.5, 3]) does not hold 0"), note
+    note = action_box_note(Box(np.array([0.0, -1.0, 1.0]), np.array([1.0, 1.0, 2.0])))
+    assert note.startswith("dimensions 0, 2 of the action box ([0, 1], [1, 2]) do not"), note
 
 
 def test_a_resume_after_the_env_changed_its_spaces_is_refused(tmp_path):

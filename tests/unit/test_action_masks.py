@@ -241,6 +241,9 @@ def test_multi_binary_mask_and_multi_discrete_heads():
     actions, _, _, _ = model.act(obs, None)
     assert (mask[torch.arange(128), actions[:, 0]] == 1).all()
     assert (mask[torch.arange(128), 3 + actions[:, 1]] == 1).all()
+    # one row per head (2 x 3): the env's arrays would not fit the flat mask, refused at once
+    with pytest.raises(ValueError, match=r"head after head\); got MultiBinary\(2, 3\)"):
+        obs_spec(masked_space(n_act=6, mask_space=gym.spaces.MultiBinary((2, 3))))
 
 
 @pytest.mark.parametrize(
