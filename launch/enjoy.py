@@ -99,9 +99,12 @@ def load(args):
     )
     try:
         model = load_policy(exp_dir, args.policy, env.observation_space, env.action_space, cfg)
-    except RuntimeError as e:  # torch's size mismatch: the weights belong to another env
+    except (RuntimeError, ValueError) as e:  # torch's size mismatch, or a model flag (such as
+        # its observation features) another env has not: the weights belong to another env
         env.close()
         if cfg.env == trained_on:  # the run's own env: the checkpoint and config.json disagree
+            if isinstance(e, ValueError):
+                raise
             raise ValueError(checkpoint_misfit(exp_dir, args.policy, e)) from e
         raise ValueError(
             f"--env={cfg.env} disagrees with the run's env {trained_on} (the model's "

@@ -133,8 +133,11 @@ def _load_model(spec: str, env, args):
     trained_on, cfg.env = cfg.env, args.env
     try:
         return load_policy(exp_dir, policy_id, env.observation_space, env.action_space, cfg)
-    except RuntimeError as e:  # torch's size mismatch: another env's observations or actions
+    except (RuntimeError, ValueError) as e:  # torch's size mismatch, or a model flag (such
+        # as its observation features) another env has not: another env's run
         if args.env == trained_on:  # the run's own env: the checkpoint and config.json disagree
+            if isinstance(e, ValueError):
+                raise
             raise ValueError(checkpoint_misfit(exp_dir, policy_id, e)) from e
         if not getattr(args, "env_given", True):  # the env of another player's run
             raise ValueError(

@@ -16,12 +16,11 @@ given, and the source experiment itself is never written to.
 
 from __future__ import annotations
 
-import argparse
 import os
 import sys
 from typing import Any, Optional
 
-from launch import command, integer, summary
+from launch import ToolParser, command, integer, summary
 from launch.train import main as train_main
 from rl_pbt.config.flags import FLAGS, FLAGS_BY_NAME
 from rl_pbt.config.parse import (
@@ -123,10 +122,9 @@ def target_problem(args: Any, target: str, src: str, lineage: str) -> Optional[s
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(
-        allow_abbrev=False,
-        prog=PROG,
-        description=summary(__doc__),
+    parser = ToolParser(  # its parse_known_args: the other flags go on to the trainer
+        PROG,
+        summary(__doc__),
         epilog="Any flag of rl-pbt-train (rl-pbt-train --help) goes on to the training, e.g. "
         "--train_for_env_steps=N to stop the replay sooner, or --num_workers; the env, "
         "model and learning flags (the env's own included) default to the source run's. The "

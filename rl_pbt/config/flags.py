@@ -377,7 +377,7 @@ FLAGS: list[Flag] = [
         int,
         1,
         "env frames per agent step (for frame counting)",
-        positive,
+        in_range(1, 1000),
         group="run",
     ),
     # --- sampling ---

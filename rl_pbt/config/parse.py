@@ -665,6 +665,8 @@ def help_text(topic: str, argv: list[str] = (), extra_flags: Iterable[Flag] = ()
     preset_name = _given(argv, "preset")
     if not env_name and preset_name:
         env_name = load_preset(preset_name).get("env")
+        if not isinstance(env_name, str):  # not a name: the help of no env (a run says why)
+            env_name = None
     if env_name and not is_known_env(env_name):
         raise ConfigError(unknown_env_message(env_name))
     flags = FLAGS + list(extra_flags)
@@ -772,8 +774,22 @@ def _tuning_problem(name: str, spec: ParamSpec) -> Optional[str]:
     if not is_tunable(name):
         hint = did_you_mean(name, TUNED_HPARAMS, prefix="")
         return f"cannot be tuned while a learner runs{hint}; PBT can tune {TUNABLE_TEXT}"
+    if is_shaping_key(name):
+        return shaping_space_problem(spec)
     flag = FLAGS_BY_NAME.get(name)
     return search_space_problem(spec, flag) if flag is not None else None
+
+
+def shaping_space_problem(spec: ParamSpec) -> Optional[str]:
+    """Why the entry `spec` lets PBT give a reward-shaping weight what is no finite number
+    (a string, true/false, Infinity), or None."""
+    given = spec.values if spec.kind == "categorical" else [spec.low, spec.high]
+    for value in (v for v in given if v is not None):
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            return f"allows {value!r}, but a reward-shaping weight is a number"
+        if not math.isfinite(value):
+            return f"allows {value!r}, but a reward-shaping weight must be finite"
+    return None
 
 
 def _reach(spec: ParamSpec) -> list[tuple[Any, str]]:
@@ -1090,8 +1106,28 @@ MODEL_FLAGS = (
     "mirror_symmetry",
     "actor_critic_share_weights",
 )
+
+
 # model flags added after runs were saved without them: the value that gives those runs' model
 # (`obs_features_set`: the env's first, oldest, set; see `with_added_model_flags`)
+def model_flags_problem(data: dict) -> Optional[str]:
+    """What is wrong with the model's flag values in a run's config.json (a type, a range),
+    or None; values of the right kind in another form ("256,256") are put in their type."""
+    for name in MODEL_FLAGS:
+        flag = FLAGS_BY_NAME.get(name)
+        if flag is None or name not in data:
+            continue
+        try:
+            value = _coerce(flag, data[name], "config.json")
+        except ConfigError as e:
+            return str(e)
+        problem = flag.check(value) if flag.check is not None and value is not None else None
+        if problem:
+            return f"--{name}={data[name]!r} (in config.json): {problem}"
+        data[name] = value
+    return None
+
+
 MODEL_FLAGS_ADDED = {
     "obs_features": False,
     "obs_features_set": "",

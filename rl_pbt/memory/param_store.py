@@ -53,6 +53,11 @@ def transfer_size(model: nn.Module) -> int:
     return flat_state_size(model) + 2 * n_params + 1
 
 
+def store_words(num_rows: int, model: nn.Module) -> int:
+    """Words (float32) of `ParamStore.for_model(num_rows, model)`'s weight and transfer rows."""
+    return num_rows * (_even(flat_state_size(model)) + _even(transfer_size(model)))
+
+
 def pack_state(model: nn.Module, out: Optional[torch.Tensor] = None) -> torch.Tensor:
     """The model's state dict as one float32 vector on the model's device (one copy), or
     written into `out` (a float32 vector of `flat_state_size(model)` words on that device)."""

@@ -11,7 +11,13 @@ from typing import Optional
 import numpy as np
 import torch
 
-from rl_pbt.config.parse import MODEL_FLAGS, Cfg, str2bool, with_added_model_flags
+from rl_pbt.config.parse import (
+    MODEL_FLAGS,
+    Cfg,
+    model_flags_problem,
+    str2bool,
+    with_added_model_flags,
+)
 from rl_pbt.envs.registry import env_extra_flags, is_known_env, unknown_env_message
 from rl_pbt.learning.checkpoints import (
     CheckpointError,
@@ -64,7 +70,7 @@ def cfg_problem(data: dict) -> Optional[str]:
     missing = [k for k in MODEL_FLAGS if k not in data]
     if missing:
         return f"the model's flags {', '.join(missing)} are missing (rl-pbt-train writes them)"
-    return None
+    return model_flags_problem(data)
 
 
 def run_env_problem(exp_dir: str, env_name: str, command: str) -> Optional[str]:

@@ -223,3 +223,11 @@ def derive_seed(run_seed: int, role: str, index: int = 0, restart: int = 0) -> i
     entropy = [abs(int(run_seed)), _ROLES[role], int(index)] + ([int(restart)] if restart else [])
     seq = np.random.SeedSequence(entropy)
     return int(seq.generate_state(1)[0] & 0x7FFFFFFF)
+
+
+def physical_memory() -> Optional[int]:
+    """The machine's memory in bytes (None where the OS does not say)."""
+    try:
+        return int(os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES"))
+    except (ValueError, OSError, AttributeError):
+        return None

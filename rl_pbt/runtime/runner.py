@@ -67,7 +67,7 @@ from rl_pbt.logging.files import (
 from rl_pbt.logging.progress import end_of_run_text
 from rl_pbt.logging.stats import PopulationStats
 from rl_pbt.memory.buffers import TrajectoryBuffers, num_slots_needed
-from rl_pbt.memory.param_store import ParamStore
+from rl_pbt.memory.param_store import ParamStore, store_words
 from rl_pbt.memory.slots import SlotPool
 from rl_pbt.models.actor_critic import make_actor_critic
 from rl_pbt.pbt.search_space import flatten_shaping, overlay_shaping, saved_member_shaping
@@ -86,6 +86,7 @@ from rl_pbt.runtime.devices import (
     describe,
     device_map,
     fresh_seed,
+    physical_memory,
     resolve_inference,
     resolve_start_method,
     torch_built_for_gpus,
@@ -493,11 +494,10 @@ class Runner:
             for note in notes:
                 log(f"note: {note}")
         _warm_up_imports(template, self.start_method)
-        rows = cfg.num_policies + (cfg.selfplay_snapshot_pool_size if self.use_snapshots else 0)
-        # one more row: a state copied in from another node group lands there (never in the
+        # the last row: a state copied in from another node group lands there (never in the
         # target's own transfer row, which a copy inside the group may be reading)
-        self.incoming_row = rows
-        self.params = ParamStore.for_model(rows + 1, template)
+        self.incoming_row = self.store_rows() - 1
+        self.params = ParamStore.for_model(self.store_rows(), template)
         self.free_queue = make_queue(cfg.serial_mode, max_size_bytes=4_000_000)
         self.pool = SlotPool(self.buffers, self.free_queue)
         self.pool.fill()
@@ -618,6 +618,7 @@ class Runner:
         save_cfg(cfg, os.path.join(self.exp_dir, "config.json"))
 
     def _template_model(self):
+        self._check_model_memory()
         try:
             return self.make_model()
         except ConfigError:
@@ -627,6 +628,37 @@ class Runner:
                 f"--env={self.cfg.env}: no model for its observations {_flat(self.obs_space)} "
                 f"and actions {_flat(self.action_space)} with these flags: {one_line_error(e)}"
             ) from e
+
+    def store_rows(self) -> int:
+        """Rows of the shared weight store: the members, the snapshot pool, one for a state
+        copied in from another node group."""
+        pool = self.cfg.selfplay_snapshot_pool_size if self.use_snapshots else 0
+        return self.cfg.num_policies + pool + 1
+
+    def _check_model_memory(self) -> None:
+        """The network and the shared store of its copies are sized before anything is built
+        (on torch's meta device, which holds no data): more than the machine's memory stops
+        the start with one line (a layer of 10^9 units swapped for minutes; a pool of 10^8
+        snapshots failed deep inside torch)."""
+        memory = physical_memory()
+        try:
+            with torch.device("meta"):
+                probe = self.make_model()
+            weights = sum(p.numel() for p in probe.parameters())
+            words = weights + store_words(self.store_rows(), probe)
+        except Exception:  # noqa: BLE001 - a model that cannot be sized so: built as usual
+            return
+        if memory is None or 4 * words <= memory:
+            return
+        cfg = self.cfg
+        pool = f", --selfplay_snapshot_pool_size={cfg.selfplay_snapshot_pool_size}"
+        raise ConfigError(
+            f"the network ({weights:,} parameters) and the shared store of its "
+            f"{self.store_rows():,} copies (--num_policies={cfg.num_policies}"
+            f"{pool if self.use_snapshots else ''}, with Adam's moments for PBT copies) take "
+            f"{4 * words / 2**30:,.1f} GiB, more than this machine's {memory / 2**30:,.1f} GiB; "
+            "lower the model's sizes (--encoder_mlp_layers, --rnn_size, ...) or those counts"
+        )
 
     def _allocate_buffers(self, template) -> TrajectoryBuffers:
         cfg = self.cfg

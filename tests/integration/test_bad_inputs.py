@@ -357,6 +357,25 @@ CASES = [
         ["trajectory buffers", "do not fit in memory", "--rollout"],
     ),
     Case(
+        "network_beyond_memory",  # built, it took minutes of swapping
+        ["--encoder_mlp_layers=1000000000"],
+        ["the network (", "parameters)", "more than this machine's", "--encoder_mlp_layers"],
+    ),
+    Case(
+        "snapshot_pool_beyond_memory",  # a traceback from torch's allocation, folder made
+        [
+            "--env=arena_duel",
+            "--selfplay_snapshot_prob=0.5",
+            "--selfplay_snapshot_pool_size=1e8",
+            "--serial_mode",
+            "--train_dir={tmp}/runs",
+            "--experiment=exp",
+        ],  # fmt: skip
+        ["--selfplay_snapshot_pool_size=100000000", "more than this machine's"],
+        base=False,
+    ),
+    Case("frameskip_huge", ["--env_frameskip=1e18"], ["--env_frameskip", "must be in [1, 1000]"]),
+    Case(
         "observation_space_unsupported",
         ["--env=Blackjack-v1", *ELSEWHERE],
         ["--env=Blackjack-v1", "unsupported observation space"],

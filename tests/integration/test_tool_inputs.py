@@ -235,6 +235,28 @@ def test_damaged_config_json_is_named(copy_of, capsys, text, words):
     assert config.read_text() == text
 
 
+def test_config_with_a_model_flag_of_the_wrong_type_is_named(copy_of, capsys):
+    """A hand-edited config.json whose model flag is "x": enjoy and match ended in a TypeError
+    traceback from torch (resume and replay named it)."""
+    td = copy_of("pbt")
+    config = td / "pbt" / "config.json"
+    config.write_text(json.dumps({**json.loads(config.read_text()), "encoder_mlp_layers": "x"}))
+    words = [str(config), "--encoder_mlp_layers='x' (in config.json): expected"]
+    fails(capsys, enjoy.main, [f"--train_dir={td}", "--experiment=pbt"], *words)
+    argv = [f"--train_dir={td}", "--experiment=pbt", "--players", "p0", "p1"]
+    fails(capsys, match.main, argv, *words)
+
+
+def test_another_env_whose_model_lacks_the_runs_features_is_named_as_another_env(runs, capsys):
+    """A connect four run (its model sees connect four's own features) played with
+    --env=arena_duel: the line blamed --obs_features_set, a flag the user never gave."""
+    argv = [f"--train_dir={runs}", "--experiment=c4", "--env=arena_duel"]
+    line = fails(capsys, enjoy.main, argv, "disagrees with the run's env connect_four")
+    assert "obs_features" not in line
+    line = fails(capsys, match.main, [*argv, "--players", "p0", "p1"], "trained on connect_four")
+    assert "obs_features" not in line
+
+
 def test_config_naming_an_unregistered_env(copy_of, capsys):
     td = copy_of("c4")
     config = td / "c4" / "config.json"
@@ -376,6 +398,19 @@ def test_replay_names_its_own_flag_when_one_is_misspelled(runs, capsys):
     line = fails(capsys, replay.main, argv, "unknown flag --polcy", "did you mean --policy?")
     assert line.startswith("rl-pbt-replay: error: ")
     assert not (runs / "pbt_p1_replay").exists()  # nothing was trained
+
+
+def test_replay_mistakes_in_its_own_flags_are_one_line(capsys):
+    """A value argparse refuses, or a missing flag: a usage block and the error before."""
+    with pytest.raises(SystemExit) as done:
+        replay.main(["--from_experiment=pbt", "--policy=abc"])
+    err = capsys.readouterr().err
+    assert done.value.code == 2
+    assert err == "rl-pbt-replay: error: argument --policy: invalid integer value: 'abc'\n"
+    with pytest.raises(SystemExit):
+        replay.main([])
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "required: --from_experiment, --policy" in err
 
 
 def test_replay_says_what_it_sets_itself_and_what_a_source_lacks(runs, capsys):

@@ -39,6 +39,15 @@ def test_a_key_given_twice_is_refused_in_every_kind_of_file(tmp_path):
         load_search_space_file(space)
 
 
+def test_help_with_a_preset_whose_env_is_no_name(tmp_path):
+    """--help --preset=FILE where the preset's "env" is 5: an AttributeError traceback; the
+    help is now the general one (a run names the value)."""
+    preset = _write(tmp_path / "p.json", '{"env": 5}')
+    assert "--learning_rate" in help_text("all", [f"--preset={preset}"])
+    with pytest.raises(ConfigError, match="expected a string"):
+        parse_cfg([f"--preset={preset}", f"--train_dir={tmp_path}"])
+
+
 def test_a_preset_naming_another_preset_is_refused(tmp_path):
     preset = _write(tmp_path / "p.json", '{"env": "CartPole-v1", "preset": "cartpole_benchmark"}')
     with pytest.raises(ConfigError, match="presets do not nest"):

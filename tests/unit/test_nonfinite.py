@@ -336,6 +336,10 @@ def test_search_space_allowing_a_negative_learning_rate_is_rejected(tmp_path):
         ({"max_grad_norm": {"type": "int", "low": -2, "high": 8}}, "allows -2, but"),
         ({"value_loss_coeff": {"low": 0.1, "high": 1e400}}, "allows inf, but"),
         ({"learning_rate": {"low": float("nan"), "high": 0.1}}, "low is NaN"),
+        # reward-shaping weights: PBT wrote "b" or false into an env's shaping, or inf
+        ({"rew.goal": {"type": "categorical", "values": ["a", "b"]}}, "'a', but a reward-"),
+        ({"rew.goal": {"type": "categorical", "values": [True, False]}}, "allows True, but"),
+        ({"rew.goal": {"low": 0.0, "high": 1e400}}, "allows inf, but a reward-shaping weight"),
     ],
 )
 def test_search_space_bounds_are_checked_against_the_flags(tmp_path, entry, shown):
