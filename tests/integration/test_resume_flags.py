@@ -38,7 +38,7 @@ def test_a_pbt_run_keeps_each_members_value_and_says_so(tmp_path, capsys):
     assert [_lr(tmp_path, "p", p)[0] for p in (0, 1)] == [1e-4, 1e-4]
     # and without --with_pbt: PBT stops, said so, the values stay
     plain = [a for a in run if a != "--with_pbt"] + ["--train_for_env_steps=4000"]
-    assert train(parse_cfg(plain + ["--learning_rate=1e-4"])) == 0
+    assert train(parse_cfg(plain + ["--learning_rate=1e-3"])) == 0
     out = capsys.readouterr().out
     assert "the run trained with --with_pbt and this resume has none: PBT stops" in out
     assert [_lr(tmp_path, "p", p)[0] for p in (0, 1)] == [1e-4, 1e-4]

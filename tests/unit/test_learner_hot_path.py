@@ -526,6 +526,26 @@ def test_reward_scale_and_clip_train_as_rewards_scaled_by_hand(tmp_path, vtrace)
 
 
 @pytest.mark.parametrize("vtrace", [False, True])
+def test_the_value_clip_is_taken_around_the_actors_values(tmp_path, vtrace):
+    """--ppo_clip_value bounds the new value around the value the actor stored: a tight clip
+    trains otherwise than a clip that never binds. Taken around the targets instead (or the
+    new values), the clip would change nothing, and the two would train alike."""
+    flags = [f"--with_vtrace={vtrace}"]
+    tight = make_learner(tmp_path, *flags, "--ppo_clip_value=0.01", seed=7)
+    loose = make_learner(tmp_path, *flags, "--ppo_clip_value=1e6", seed=7)
+    plain = make_learner(tmp_path, *flags, "--ppo_clip_value=1e7", seed=7)
+    for learner in (tight, loose, plain):
+        fill(learner, torch.Generator().manual_seed(0), 2 * learner.traj_per_iteration)
+        learner.train_if_ready()
+        learner.train_if_ready()
+    assert_same_weights(loose, plain)  # neither clip binds
+    assert tight.stats["value_loss"] != loose.stats["value_loss"]
+    assert any(
+        not torch.equal(x, y) for x, y in zip(tight.model.parameters(), loose.model.parameters())
+    )
+
+
+@pytest.mark.parametrize("vtrace", [False, True])
 def test_late_rewards_add_to_the_last_step_as_they_are(tmp_path, vtrace):
     """A waiting agent's rewards after a rollout's last step (`late_rewards`, already scaled and
     clipped one by one by the rollout worker) add to that step's reward after the learner has
