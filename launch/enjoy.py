@@ -62,7 +62,13 @@ def build_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("--episodes", "--max_num_episodes", type=integer, default=10)
     add_play_flags(parser)
-    parser.add_argument("--max_steps", type=integer, default=100_000, help="bound on total steps")
+    parser.add_argument(
+        "--max_steps",
+        "--max_num_frames",  # Sample Factory's name (in env steps here)
+        type=integer,
+        default=100_000,
+        help="bound on total steps",
+    )
     add_video_flag(parser, "the episodes", "p{policy}")
     parser.add_argument(
         "--no_render",
@@ -145,8 +151,38 @@ def check_args(args) -> None:
         raise ValueError(problem)
 
 
+def without_training_flags(parser: argparse.ArgumentParser, argv: list[str]) -> list[str]:
+    """`argv` less rl-pbt-train's flags (and Sample Factory's) that are not this tool's own,
+    each with its values, named in one note: Sample Factory's enjoy takes the training
+    command line (its model cards give `--algo=APPO --env=... --experiment=...`); the run's
+    config.json holds the values it trained with."""
+    from rl_pbt.config.flags import FLAGS_BY_NAME, FOREIGN_BY_NAME
+
+    own = {o[2:] for o in parser._option_string_actions if o.startswith("--")}
+    out, dropped, skipping = [], [], False
+    for token in argv:
+        if token.startswith("--"):
+            name = token[2:].split("=", 1)[0]
+            skipping = name not in own and (name in FLAGS_BY_NAME or name in FOREIGN_BY_NAME)
+            if skipping:
+                dropped.append(f"--{name}")
+                skipping = "=" not in token  # its values follow it
+                continue
+        elif skipping:
+            continue
+        out.append(token)
+    if dropped:
+        print(
+            f"note: {', '.join(dropped)}: training flags, not used here (the run's config.json "
+            "holds the values it trained with)",
+            file=sys.stderr,
+        )
+    return out
+
+
 def main(argv: list[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+    parser = build_parser()
+    args = parser.parse_args(without_training_flags(parser, sys.argv[1:] if argv is None else argv))
     try:
         check_args(args)
         video = None

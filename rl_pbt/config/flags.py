@@ -91,6 +91,13 @@ def in_range(lo: float, hi: float, lo_open: bool = False, hi_open: bool = False)
     return check
 
 
+def clip_below_one(v: Any) -> Optional[str]:
+    """--ppo_clip_ratio: at 1 and above, [1-c, 1+c] has no lower side left."""
+    if 0 < v < 1:
+        return None
+    return "must be in (0, 1): the ratio is clipped to [1-c, 1+c]"
+
+
 def positive_ints(v: Any) -> Optional[str]:
     return None if all(x > 0 for x in v) else "every layer size must be > 0"
 
@@ -504,8 +511,9 @@ FLAGS: list[Flag] = [
         "ppo_clip_ratio",
         float,
         0.1,
-        "PPO policy clip (ratio in [1-c, 1+c])",
-        positive,
+        "PPO policy clip: the ratio is clipped to [1-c, 1+c], so c is below 1 (Sample "
+        "Factory clips to [1/(1+c), 1+c]: nearly the same below 0.3, apart from there)",
+        clip_below_one,
         group="learning",
     ),
     Flag(
@@ -801,7 +809,7 @@ FLAGS: list[Flag] = [
         float,
         0.05,
         "significance level of the t-test",
-        in_range(0, 1, lo_open=True, hi_open=True),
+        clip_below_one,
         group="pbt",
     ),
     Flag(
@@ -983,6 +991,59 @@ FOREIGN_FLAGS: list[ForeignFlag] = [
         "res_w", "the observation size is --doom_resolution=WIDTHxHEIGHT", allowed=("128",)
     ),
     ForeignFlag("res_h", "the observation size is --doom_resolution=WIDTHxHEIGHT", allowed=("72",)),
+    ForeignFlag("num_bots", "the bots in a Doom game", renamed_to="doom_num_bots"),
+    ForeignFlag("num_agents", "the agents in a Doom self-play game", renamed_to="doom_num_agents"),
+    # Sample Factory's flags for what is done one way here
+    ForeignFlag(
+        "shuffle_minibatches",
+        "each epoch draws its minibatches in a fresh random order (Sample Factory's default is "
+        "not to)",
+    ),
+    ForeignFlag(
+        "summaries_use_frameskip",
+        "frames are env steps x --env_frameskip wherever they are counted",
+        allowed=("True",),
+    ),
+    ForeignFlag("pixel_format", "images are stored channels first", allowed=("CHW",)),
+    ForeignFlag(
+        "load_checkpoint_kind",
+        "a resume loads each policy's newest checkpoint",
+        allowed=("latest",),
+    ),
+    ForeignFlag(
+        "env_framestack",
+        "no frames are stacked by a flag (an env may stack its own; --use_rnn keeps a memory)",
+        allowed=("1",),
+    ),
+    ForeignFlag(
+        "benchmark",
+        "there is no benchmark mode (benchmarks/ holds the speed scripts)",
+        allowed=("False",),
+    ),
+    ForeignFlag(
+        "use_env_info_cache", "the env's spaces are probed once at each start", allowed=("False",)
+    ),  # fmt: skip
+    ForeignFlag(
+        "use_record_episode_statistics",
+        "each episode's return and length are counted by the rollout workers",
+    ),
+    ForeignFlag(
+        "force_envs_single_thread", "the threads of an env's own libraries are not set by a flag"
+    ),
+    ForeignFlag("default_niceness", "processes keep the niceness they start with", allowed=("0",)),
+    ForeignFlag(
+        "log_to_file",
+        "messages go to the terminal (redirect them to keep them); statistics go to "
+        "stats/scalars.jsonl and TensorBoard",
+    ),
+    ForeignFlag(
+        "flush_summaries_interval",
+        "the scalar logs are written every --experiment_summaries_interval",
+    ),
+    ForeignFlag(
+        "heartbeat_reporting_interval", "silent components are detected after --heartbeat_timeout"
+    ),
+    ForeignFlag("wandb_job_type", "W&B runs have no job type"),
 ]
 
 
@@ -1012,6 +1073,15 @@ FOREIGN_FLAGS += [
             "in the rollout workers; --device and --inference place the networks"),
     *_lacks("save_milestones_sec save_best_every_sec save_best_metric save_best_after",
             "checkpoints are saved every --save_every_sec, the newest --keep_checkpoints kept"),
+    *_lacks("timelimit", "a Doom episode's length is --doom_episode_timeout, in game tics "
+            "(35 a second)"),
+    *_lacks("start_bot_difficulty", "the bots play at the scenario's own skill"),
 ]  # fmt: skip
+
+# values of Sample Factory's own for a flag of the same name, and what to use here
+FOREIGN_CHOICES: dict[tuple[str, str], str] = {
+    ("encoder_conv_architecture", "convnet_atari"): "Sample Factory's convnet_atari (the DQN "
+    "network) is not built in; convnet_simple is the closest (32x8/4, 64x4/2, 128x3/2)",
+}
 
 FOREIGN_BY_NAME: dict[str, ForeignFlag] = {f.name: f for f in FOREIGN_FLAGS}

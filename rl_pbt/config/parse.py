@@ -24,6 +24,7 @@ from rl_pbt.config.flags import (
     FLAGS,
     FLAGS_BY_NAME,
     FOREIGN_BY_NAME,
+    FOREIGN_CHOICES,
     FOREIGN_FLAGS,
     HELP_ALIASES,
     HELP_GROUPS,
@@ -645,7 +646,18 @@ def _foreign_section() -> list[str]:
         f"Refused, naming what to use instead (for what this trainer lacks): {refused}",
         HELP_WIDTH,
     )
+    lines += textwrap.wrap(f"Defaults unlike Sample Factory's: {SF_DEFAULTS_TEXT}", HELP_WIDTH)
     return lines + [""]
+
+
+# the flags of the same name whose defaults differ from Sample Factory 2's (a ported command
+# that leaves them out trains otherwise)
+SF_DEFAULTS_TEXT = (
+    "--use_rnn=False (Sample Factory: True), --num_envs_per_worker=8 (2), --num_workers=2 (the "
+    "number of cores), --value_bootstrap=True (False), --ppo_clip_ratio clips to [1-c, 1+c] "
+    "([1/(1+c), 1+c]); the doom_* envs keep these flags' defaults (Sample Factory's Doom "
+    "examples set --ppo_clip_value=0.2 and --exploration_loss_coeff=0.001)"
+)
 
 
 def help_topics() -> list[str]:
@@ -853,6 +865,8 @@ def _check_flag_values(cfg: Cfg, flags: Iterable[Flag]) -> None:
             raise ConfigError(f"--{flag.name}={value:.3g}: must be below 2**63")
         if flag.choices is not None and value not in flag.choices:
             hint = did_you_mean(str(value).lower(), [str(c) for c in flag.choices], prefix="")
+            if (flag.name, str(value)) in FOREIGN_CHOICES:
+                hint = f"; {FOREIGN_CHOICES[flag.name, str(value)]}"
             raise ConfigError(
                 f"--{flag.name}={value!r}: allowed values are {list(flag.choices)}{hint}"
             )

@@ -186,7 +186,10 @@ BOOL_FLAG = {"nargs": "?", "const": True, "default": False, "type": str2bool}
 def add_play_flags(parser) -> None:
     """--deterministic and --temperature, for the tools that play trained policies."""
     parser.add_argument(
-        "--deterministic", **BOOL_FLAG, help="argmax actions (--deterministic, or =True/False)"
+        "--deterministic",
+        "--eval_deterministic",  # Sample Factory's name
+        **BOOL_FLAG,
+        help="argmax actions (--deterministic, or =True/False)",
     )
     parser.add_argument(
         "--temperature",

@@ -257,6 +257,20 @@ def test_another_env_whose_model_lacks_the_runs_features_is_named_as_another_env
     assert "obs_features" not in line
 
 
+def test_enjoy_takes_a_sample_factory_enjoy_command_line(runs, capsys):
+    """Sample Factory's enjoy takes the training flags (its model cards give --algo=APPO); it
+    stopped at "unknown flag --algo". Training flags are dropped with a note, and Sample
+    Factory's names of enjoy's own flags are taken."""
+    argv = [f"--train_dir={runs}", "--experiment=pbt", "--algo=APPO", "--num_workers", "1",
+            "--encoder_mlp_layers", "64", "64", "--device=cpu", "--max_num_episodes=1",
+            "--no_render", "--max_num_frames=300", "--eval_deterministic"]  # fmt: skip
+    assert enjoy.main(argv) == 0
+    out, err = capsys.readouterr()
+    assert "note: --algo, --num_workers, --encoder_mlp_layers, --device: training flags" in err
+    assert enjoy.build_parser().parse_args(["--experiment=x", "--eval_deterministic",
+                                            "--max_num_frames=300"]).deterministic  # fmt: skip
+
+
 def test_config_naming_an_unregistered_env(copy_of, capsys):
     td = copy_of("c4")
     config = td / "c4" / "config.json"
