@@ -40,12 +40,19 @@ class PettingZooParallelAdapter:
     space and one action space. An agent that left the episode observes zeros, gets reward 0
     and `is_active` False (its action is ignored) until every agent is done; on that final
     step all agents are `terminated` (or `truncated`, when no live agent terminated) and
-    active, and the returned observations are the first of the next episode.
+    active, and the returned observations are the first of the next episode. Each agent's
+    last info holds `true_objective`, unless the env gave one: its return of the episode, or
+    `objective(return)` (e.g. 1 win / 0.5 draw / 0 loss), as for AEC games.
     """
 
     is_multiagent = True
 
-    def __init__(self, parallel_env: Any, seed: Optional[int] = None):
+    def __init__(
+        self,
+        parallel_env: Any,
+        seed: Optional[int] = None,
+        objective: Optional[Callable[[float], float]] = None,
+    ):
         if hasattr(parallel_env, "agent_iter"):  # a ParallelEnv has none
             raise TypeError(
                 "a turn-based AEC env was given where a ParallelEnv goes: register it with "
@@ -83,6 +90,8 @@ class PettingZooParallelAdapter:
         # an agent that left: whether by a time limit (None: it left without saying)
         self._cut: list[Optional[bool]] = [None] * self.num_agents
         self._next_seed = seed
+        self._objective = objective
+        self._returns = np.zeros(self.num_agents)
 
     def _obs_list(self, obs: dict) -> list:
         return [
@@ -99,6 +108,7 @@ class PettingZooParallelAdapter:
         self._done = [False] * self.num_agents
         self._last_info = [{} for _ in self.agent_names]
         self._cut = [None] * self.num_agents
+        self._returns[:] = 0.0
         infos = infos or {}
         return self._obs_list(obs), [
             dict(infos.get(a, {}), is_active=True) for a in self.agent_names
@@ -146,9 +156,14 @@ class PettingZooParallelAdapter:
                     out_infos[i] = dict(self._last_info[i], is_active=True)
                 cut = ended_by_time if self._cut[i] is None else self._cut[i]
                 terminated[i], truncated[i] = not cut, cut
+                if "true_objective" not in out_infos[i]:
+                    ret = float(self._returns[i] + rewards[i])
+                    objective = self._objective(ret) if self._objective else ret
+                    out_infos[i]["true_objective"] = objective
             self.final_frame = self.render() if self.render_mode == "rgb_array" else None
             new_obs, _ = self.reset()
             return new_obs, rewards, terminated, truncated, out_infos
+        self._returns += rewards
         # agents that left mid-episode: their terminal flags wait for the end of the episode
         return self._obs_list(obs), rewards, [False] * n, [False] * n, out_infos
 
@@ -172,9 +187,15 @@ def factory_seed(cfg: Any, env_config: Optional[dict]) -> Optional[int]:
 class PettingZooFactory:
     """A picklable env factory around `creator_fn(**env_kwargs)` returning a ParallelEnv."""
 
-    def __init__(self, creator_fn: Callable[..., Any], env_kwargs: Optional[dict] = None):
+    def __init__(
+        self,
+        creator_fn: Callable[..., Any],
+        env_kwargs: Optional[dict] = None,
+        objective: Optional[Callable[[float], float]] = None,
+    ):
         self.creator_fn = creator_fn
         self.env_kwargs = dict(env_kwargs or {})
+        self.objective = objective
 
     def _env_and_seed(self, cfg: Any, env_config: Optional[dict], render_mode: Optional[str]):
         """The PettingZoo env, and its first reset's seed (from --seed and the env id)."""
@@ -191,7 +212,7 @@ class PettingZooFactory:
         render_mode: Optional[str] = None,
     ) -> PettingZooParallelAdapter:
         env, seed = self._env_and_seed(cfg, env_config, render_mode)
-        return PettingZooParallelAdapter(env, seed=seed)
+        return PettingZooParallelAdapter(env, seed=seed, objective=self.objective)
 
 
 def register_pettingzoo_env(
@@ -200,13 +221,15 @@ def register_pettingzoo_env(
     env_kwargs: Optional[dict] = None,
     extra_flags: Optional[list[Flag]] = None,
     default_overrides: Optional[dict[str, Any]] = None,
+    objective: Optional[Callable[[float], float]] = None,
 ) -> None:
     """Register `name` as `creator_fn(**env_kwargs)` (e.g. `pistonball_v6.parallel_env`) wrapped
-    in `PettingZooParallelAdapter`. `creator_fn` should be a module-level function, so that
-    spawned worker processes can rebuild the factory."""
+    in `PettingZooParallelAdapter`. `creator_fn` (and `objective`, an agent's return ->
+    true_objective) should be module-level functions, so that spawned worker processes can
+    rebuild the factory."""
     register_env(
         name,
-        PettingZooFactory(creator_fn, env_kwargs),
+        PettingZooFactory(creator_fn, env_kwargs, objective),
         extra_flags=extra_flags,
         default_overrides=default_overrides,
     )
@@ -418,8 +441,7 @@ class PettingZooAECFactory(PettingZooFactory):
     """A picklable env factory around `creator_fn(**env_kwargs)` returning an AEC env."""
 
     def __init__(self, creator_fn, env_kwargs=None, objective=None, board=False):
-        super().__init__(creator_fn, env_kwargs)
-        self.objective = objective
+        super().__init__(creator_fn, env_kwargs, objective)
         self.board = board
 
     def __call__(self, full_env_name, cfg, env_config, render_mode=None):

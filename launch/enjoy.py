@@ -22,6 +22,7 @@ from launch import ToolParser, command, integer, summary
 from rl_pbt.config.parse import experiment_dir
 from rl_pbt.envs.registry import make_env
 from rl_pbt.envs.wrappers import as_multiagent, reward_shaping_target
+from rl_pbt.learning.checkpoints import CheckpointError
 from rl_pbt.logging.files import policy_shaping_path
 from rl_pbt.logging.video import (
     VideoWriter,
@@ -108,7 +109,9 @@ def load(args):
     except (RuntimeError, ValueError) as e:  # torch's size mismatch, or a model flag (such as
         # its observation features) another env has not: the weights belong to another env
         env.close()
-        if cfg.env == trained_on:  # the run's own env: the checkpoint and config.json disagree
+        # the run's own env: the checkpoint and config.json disagree; an unusable checkpoint
+        # is named as such, whatever the env
+        if cfg.env == trained_on or isinstance(e, CheckpointError):
             if isinstance(e, ValueError):
                 raise
             raise ValueError(checkpoint_misfit(exp_dir, args.policy, e)) from e

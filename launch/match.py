@@ -45,6 +45,7 @@ from rl_pbt.envs.scripted import (  # noqa: F401  (RandomActor: for callers of t
     scripted_policies,
 )
 from rl_pbt.envs.wrappers import as_multiagent
+from rl_pbt.learning.checkpoints import CheckpointError
 from rl_pbt.logging.video import (
     VideoWriter,
     add_video_flag,
@@ -135,7 +136,9 @@ def _load_model(spec: str, env, args):
         return load_policy(exp_dir, policy_id, env.observation_space, env.action_space, cfg)
     except (RuntimeError, ValueError) as e:  # torch's size mismatch, or a model flag (such
         # as its observation features) another env has not: another env's run
-        if args.env == trained_on:  # the run's own env: the checkpoint and config.json disagree
+        # the run's own env: the checkpoint and config.json disagree; an unusable checkpoint
+        # is named as such, whatever the env
+        if args.env == trained_on or isinstance(e, CheckpointError):
             if isinstance(e, ValueError):
                 raise
             raise ValueError(checkpoint_misfit(exp_dir, policy_id, e)) from e
@@ -242,7 +245,8 @@ def game_score(info: dict) -> float:
             f"a game ended with info['true_objective']={score!r}: a match scores each game by "
             "it and needs 1 for a win, 0.5 for a draw, 0 for a loss (a value in [0, 1]); give "
             "it in the infos of the step that ends the game (a PettingZoo game: "
-            "register_pettingzoo_aec_env(..., objective=...))"
+            "register_pettingzoo_aec_env or register_pettingzoo_env with objective=..., "
+            "mapping a return to that score)"
         )
     return float(score)
 

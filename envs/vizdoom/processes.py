@@ -259,13 +259,13 @@ def kill_orphans() -> list[int]:
     processes that are gone. Returns the pids killed."""
     orphans = []
     for entry in os.listdir("/proc"):
-        if entry.isdigit() and int(entry) != os.getpid():
+        if entry.isdigit() and int(entry) != os.getpid() and _own_process(int(entry)):
             args = _cmdline(int(entry))
             if args and "vizdoom" in os.path.basename(args[0]) and not _is_zombie(int(entry)):
                 if _outlived_owner(int(entry), args):
                     orphans.append(int(entry))
     if orphans:
-        kill_pids(orphans)
+        orphans = kill_pids(orphans)
     with contextlib.suppress(OSError):
         for name in os.listdir(doom_work_dir()):
             number = name[len(INI_PREFIX) : -len(INI_SUFFIX)]
@@ -287,11 +287,21 @@ def _unlink_shared_memory(instance_id: str) -> None:
             os.remove(os.path.join("/dev/shm", name + instance_id))
 
 
-def kill_pids(pids: Iterable[int], wait: float = 3.0) -> None:
+def _own_process(pid: int) -> bool:
+    """Whether `pid` runs as this user (another user's processes are theirs to end)."""
+    try:
+        return os.stat(f"/proc/{pid}").st_uid == os.getuid()
+    except OSError:
+        return False
+
+
+def kill_pids(pids: Iterable[int], wait: float = 3.0) -> list[int]:
     """SIGKILL (Doom ignores SIGTERM) and reap, so that no process or zombie is left; the
-    shared memory of those that are gone is unlinked."""
+    shared memory of those that are gone is unlinked. Returns the pids signalled (not those
+    gone already, nor another user's)."""
     pids = list(pids)
     instances = {}
+    signalled = []
     for pid in pids:
         args = _cmdline(pid)
         ids = [v for k, v in zip(args, args[1:]) if k == "+viz_instance_id"]
@@ -299,8 +309,9 @@ def kill_pids(pids: Iterable[int], wait: float = 3.0) -> None:
             instances[pid] = ids[0]
         with contextlib.suppress(ProcessLookupError, PermissionError):
             os.kill(pid, signal.SIGKILL)
+            signalled.append(pid)
     deadline = time.monotonic() + wait
-    pending = set(pids)
+    pending = set(signalled)
     while pending and time.monotonic() < deadline:
         for pid in list(pending):
             try:
@@ -316,11 +327,12 @@ def kill_pids(pids: Iterable[int], wait: float = 3.0) -> None:
         if pending:
             time.sleep(0.02)
     for pid, instance_id in instances.items():
-        if pid not in pending:
+        if pid in signalled and pid not in pending:
             _unlink_shared_memory(instance_id)
     with _live_pids_lock:
         for pid in pids:
             _live_pids.pop(pid, None)
+    return signalled
 
 
 def forget_pids(pids: Iterable[int]) -> None:

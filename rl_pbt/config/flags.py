@@ -809,7 +809,7 @@ FLAGS: list[Flag] = [
         float,
         0.05,
         "significance level of the t-test",
-        clip_below_one,
+        in_range(0, 1, lo_open=True, hi_open=True),
         group="pbt",
     ),
     Flag(

@@ -458,9 +458,14 @@ def parse_cfg(
     for source, layer in layers:
         for key, value in layer.items():
             if key not in by_name and key in FOREIGN_BY_NAME:
-                key = _foreign(FOREIGN_BY_NAME[key], value, source, notes)
+                typed, key = key, _foreign(FOREIGN_BY_NAME[key], value, source, notes)
                 if key is None:
                     continue
+                if key not in by_name:  # renamed to a flag of other envs: named as typed
+                    message = unknown_flag_message(key, by_name, source, env_name)
+                    raise ConfigError(
+                        message.replace(f"--{key}", f"--{typed} (Sample Factory's --{key})", 1)
+                    )
             if key not in by_name:
                 raise ConfigError(unknown_flag_message(key, by_name, source, env_name))
             values[key] = _coerce(by_name[key], value, source)

@@ -41,6 +41,9 @@ ACTIVITIES = [
     WAIT_ACTIONS,
     WAIT_REQUESTS,
 ) = range(len(ACTIVITIES))
+# INFERENCE's details other than a policy: one pass for all the process's policies (fused), or
+# a frozen snapshot's seat acted for in a rollout worker
+ALL_POLICIES, SNAPSHOT_PASS = -1, -2
 
 
 class Heartbeats:
@@ -75,8 +78,10 @@ class Heartbeats:
 
     def describe(self, idx: int) -> str:
         activity, detail = int(self._act_np[idx]), int(self._det_np[idx])
-        if activity == INFERENCE and detail < 0:  # one pass for all its policies (fused)
+        if activity == INFERENCE and detail == ALL_POLICIES:
             return "running inference for all its policies"
+        if activity == INFERENCE and detail == SNAPSHOT_PASS:
+            return "running inference for a frozen snapshot"
         return ACTIVITIES[activity].format(detail=detail)
 
     def silent_for(self, idx: int, now: float | None = None) -> float:

@@ -185,7 +185,7 @@ class InferenceServer:
         """Act for the actors of every request in as few forward passes as possible."""
         if not requests:
             return
-        self._beat(hb.INFERENCE, -1)
+        self._beat(hb.INFERENCE, hb.ALL_POLICIES)
         self.refresh()
         io = self.io
         wi, ai = _actor_index(requests)

@@ -189,6 +189,9 @@ class RolloutWorker(ServerActing):
         self.reward_scale, self.clip = float(cfg.reward_scale), float(cfg.reward_clip)
         self.parked: dict[int, list[tuple[int, int]]] = {}  # policy -> [(slot, steps used)]
         self.ep_return = np.zeros(n_act)
+        # each actor's return of its last finished episode: a game's result where the env
+        # gives no objective (agents may finish before the game does)
+        self.last_return = np.zeros(n_act)
         self.ep_len = np.zeros(n_act, dtype=np.int64)
         self.ep_version = np.full(n_act, -1, dtype=np.int64)  # weights of an episode's 1st step
         # each policy's reward shaping (PBT values, --policy_values), known before the first
@@ -536,7 +539,7 @@ class RolloutWorker(ServerActing):
         self._notice_unseated_copies(policy_rows[trains])
         if self.fused is not None and acts.any():
             idx = np.flatnonzero(acts)
-            self._beat(hb.INFERENCE, -1)
+            self._beat(hb.INFERENCE, hb.ALL_POLICIES)
             self._refresh_seated(policy_rows[idx])
             obs = {k: torch.from_numpy(self.cur_obs[k][idx]) for k in self.obs_keys}
             a, lp, v = self.fused.act(obs, policy_rows[idx])
@@ -604,7 +607,7 @@ class RolloutWorker(ServerActing):
             if is_scripted_seat(seat):
                 self._act_scripted(seat, actors, actions)
                 continue
-            self._beat(hb.INFERENCE, seat if self._is_policy(seat) else -1)
+            self._beat(hb.INFERENCE, seat if self._is_policy(seat) else hb.SNAPSHOT_PASS)
             model = self._model_for(seat)
             idx = np.asarray(actors)
             obs = {k: torch.from_numpy(self.cur_obs[k][idx]) for k in self.obs_keys}
@@ -822,6 +825,7 @@ class RolloutWorker(ServerActing):
                     self.unscored[i] = False
                 else:
                     self.episodes.append(self._episode_stats(i, infos[a] if infos else {}, e, a))
+                self.last_return[i] = self.ep_return[i]
                 self.ep_return[i] = 0.0
                 self.ep_len[i] = 0
         if dones[off : off + n].all():
@@ -832,8 +836,14 @@ class RolloutWorker(ServerActing):
                         seats=[self.seat[base + a] for a in range(n)],
                         versions=[int(self.ep_version[base + a]) for a in range(n)],
                         teams=[int(infos[a].get("team", a)) for a in range(n)],
+                        # the episode's return where the env gives no objective (as for
+                        # PBT's ranking on episodes): a draw for every game otherwise
                         objectives=[
-                            float(infos[a].get(key, infos[a].get("true_objective", 0.0)))
+                            float(
+                                infos[a].get(
+                                    key, infos[a].get("true_objective", self.last_return[base + a])
+                                )
+                            )
                             for a in range(n)
                         ],
                     )
@@ -1041,6 +1051,7 @@ class RolloutWorker(ServerActing):
             ],
             "parked": {int(p): [(int(s), int(t)) for s, t in v] for p, v in self.parked.items()},
             "ep_return": self.ep_return.copy(),
+            "last_return": self.last_return.copy(),
             "ep_len": self.ep_len.copy(),
             "ep_version": self.ep_version.copy(),
             "shaping": dict(self.shaping),
@@ -1086,6 +1097,7 @@ class RolloutWorker(ServerActing):
         }
         self.parked = {int(p): [tuple(x) for x in v] for p, v in state["parked"].items()}
         self.ep_return = state["ep_return"].copy()
+        self.last_return = state.get("last_return", np.zeros_like(self.ep_return)).copy()
         self.ep_len = state["ep_len"].copy()
         if "ep_version" in state:  # a state saved before it was kept: versions unknown
             self.ep_version = state["ep_version"].copy()

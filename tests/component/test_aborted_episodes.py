@@ -86,3 +86,39 @@ def test_an_aborted_episode_counts_in_no_statistic_and_no_match(tmp_path, agents
         assert all(m.objectives == [1.0, 0.0] for m in matches)
     else:
         assert matches == []
+
+
+class NoObjective(Crashy):
+    """Two agents acting at once, games of 5 steps that give agent 0 1 a step and agent 1
+    0.5, and no objective in any info."""
+
+    def __init__(self):
+        super().__init__(2)
+
+    def step(self, actions):
+        self.k += 1
+        ended = self.k == LENGTH
+        obs = self._obs()
+        if ended:
+            obs, _ = self.reset()
+        return obs, [1.0, 0.5], [ended] * 2, [False] * 2, [{}, {}]
+
+
+def test_a_game_without_an_objective_is_decided_by_the_returns(tmp_path):
+    """A self-play game whose env gives no `true_objective` (a PettingZoo ParallelEnv, rock
+    paper scissors): every game was a draw for Elo, cross-play and vs_scripted ranking, and
+    PBT ranked on a constant; the seats' returns decide it now."""
+    register_env("no_objective", lambda full_name, cfg, env_config, render_mode=None: NoObjective())
+    cfg = parse_cfg(
+        ["--env=no_objective", "--serial_mode", "--num_workers=1", "--num_envs_per_worker=2",
+         "--rollout=4", "--batch_size=16", "--encoder_mlp_layers", "8", "--seed=1",
+         "--decorrelate_envs_on_one_worker=False", f"--train_dir={tmp_path}", "--experiment=n"]
+    )  # fmt: skip
+    _, host, worker = serial_worker(cfg)
+    for _ in range(4 * LENGTH):
+        worker.step()
+        host.poll(timeout=0.0)
+    matches = worker.matches
+    worker.close()
+    assert len(matches) >= 6
+    assert all(m.objectives == [5.0, 2.5] for m in matches)

@@ -113,6 +113,38 @@ def test_adapter_contract_with_an_agent_leaving_early():
     assert all(info["is_active"] for info in infos) and "b" in pz.received[-1]
 
 
+class NoObjectiveParallelEnv(ScriptedParallelEnv):
+    """The scripted env, with no `true_objective` in any info (rock paper scissors gives none)."""
+
+    def step(self, actions):
+        obs, rew, term, trunc, infos = super().step(actions)
+        return obs, rew, term, trunc, {a: {} for a in infos}
+
+
+def as_percent(ret: float) -> float:
+    return ret / 100
+
+
+def test_the_episodes_objective_is_each_agents_return_unless_mapped():
+    """A ParallelEnv had no way to give `true_objective` (rl-pbt-match refused its games, and
+    self-play rated them all draws): it is each agent's return, or `objective(return)`."""
+    for objective, want in ((None, [5.0, 4.0, 15.0]), (as_percent, [0.05, 0.04, 0.15])):
+        env = PettingZooParallelAdapter(NoObjectiveParallelEnv(horizon=5), objective=objective)
+        env.reset(seed=0)
+        for _ in range(4):
+            infos = env.step([0, 0, 0])[-1]
+            assert not any("true_objective" in info for info in infos)
+        infos = env.step([0, 0, 0])[-1]  # "b" left after 2 steps of 2: its return is 4
+        assert [info["true_objective"] for info in infos] == pytest.approx(want)
+        env.reset(seed=1)  # the next episode counts from 0
+        for _ in range(5):
+            infos = env.step([0, 0, 0])[-1]
+        assert [info["true_objective"] for info in infos] == pytest.approx(want)
+    register_pettingzoo_env("test_no_objective", NoObjectiveParallelEnv, objective=as_percent)
+    env = make_env("test_no_objective", None, {"worker_index": 0, "vector_index": 0, "env_id": 0})
+    assert env._objective is as_percent
+
+
 def test_episode_ended_by_termination_terminates_everyone():
     env = PettingZooParallelAdapter(ScriptedParallelEnv(horizon=3, end_by_termination=True))
     env.reset(seed=0)

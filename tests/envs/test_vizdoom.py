@@ -683,3 +683,32 @@ def test_self_play_long_run_stays_in_lock_step(name):
         assert len(results) >= 8
     finally:
         env.close()
+
+
+def test_the_orphan_sweep_leaves_other_users_doom_alone(monkeypatch):
+    """A Doom process started here whose owner is gone is ended by the next Doom start, but
+    not another user's (it waited 3 s for a process it could not signal, on every start, and
+    reported it as ended)."""
+    from envs.vizdoom import processes
+
+    gone = subprocess.Popen(["true"])
+    gone.wait()  # its pid names the settings file of an owner that is gone
+    fake = subprocess.Popen(
+        ["bash", "-c", 'exec -a /opt/vizdoom/vizdoom "$0" -c "import time; time.sleep(30)" '
+         f"-config {doom_ini_path(gone.pid)} +viz_instance_id X", sys.executable]
+    )  # fmt: skip
+    try:
+        deadline = time.monotonic() + 5
+        while "vizdoom" not in " ".join(processes._cmdline(fake.pid)[:1]):
+            assert time.monotonic() < deadline
+            time.sleep(0.05)
+        with monkeypatch.context() as m:
+            m.setattr(processes, "_own_process", lambda pid: False)  # as if another user's
+            start = time.monotonic()
+            assert fake.pid not in processes.kill_orphans()
+            assert time.monotonic() - start < 1.0 and fake.poll() is None
+        assert fake.pid in processes.kill_orphans()  # this user's: ended (and reaped)
+        assert not os.path.exists(f"/proc/{fake.pid}")
+    finally:
+        fake.kill()
+        fake.wait()

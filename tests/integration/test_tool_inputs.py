@@ -257,6 +257,17 @@ def test_another_env_whose_model_lacks_the_runs_features_is_named_as_another_env
     assert "obs_features" not in line
 
 
+def test_an_unusable_checkpoint_played_in_another_env_is_named_as_such(copy_of, capsys):
+    """Watching a CartPole-v1 run in CartPole-v0 (spaces alike) with its checkpoints damaged:
+    the line said the envs differ."""
+    td = copy_of("pbt")
+    for path in (td / "pbt" / "checkpoint_p0").glob("*.pth"):
+        path.write_bytes(path.read_bytes()[:100])
+    argv = [f"--train_dir={td}", "--experiment=pbt", "--env=CartPole-v0"]
+    line = fails(capsys, enjoy.main, argv, "checkpoint_p0", "usable")
+    assert "disagrees" not in line
+
+
 def test_enjoy_takes_a_sample_factory_enjoy_command_line(runs, capsys):
     """Sample Factory's enjoy takes the training flags (its model cards give --algo=APPO); it
     stopped at "unknown flag --algo". Training flags are dropped with a note, and Sample

@@ -242,10 +242,24 @@ def test_sample_factorys_doom_command_line_runs_here(capsys):
 
 
 def test_foreign_names_do_not_shadow_real_flags():
+    import envs  # noqa: F401  (the built-in envs' own flags)
+    from rl_pbt.envs.registry import env_extra_flags, registered_envs
+
     real = {f.name for f in FLAGS}
     assert not real & {f.name for f in FOREIGN_FLAGS}
+    of_envs = {f.name for name in registered_envs() for f in env_extra_flags(name)}
     for f in FOREIGN_FLAGS:
-        assert f.renamed_to is None or f.renamed_to in real
+        assert f.renamed_to is None or f.renamed_to in real | of_envs
+
+
+def test_a_renamed_sample_factory_flag_of_another_env_is_named_as_typed():
+    """--num_bots is Sample Factory's --doom_num_bots: on an env without it, the error named
+    --doom_num_bots, which the user never typed."""
+    with pytest.raises(ConfigError) as err:
+        parse_cfg(["--env=CartPole-v1", "--num_bots=3"])
+    text = str(err.value)
+    want = "--num_bots (Sample Factory's --doom_num_bots) in the command line is a flag of the envs"
+    assert text.startswith(want), text
 
 
 def test_wandb_flags(tmp_path):

@@ -1,6 +1,6 @@
 """What the runner says a silent component was doing."""
 
-from rl_pbt.runtime.heartbeat import INFERENCE, STEPPING, Heartbeats
+from rl_pbt.runtime.heartbeat import ALL_POLICIES, INFERENCE, SNAPSHOT_PASS, STEPPING, Heartbeats
 
 
 def test_a_fused_pass_for_all_policies_is_named_as_such():
@@ -11,5 +11,9 @@ def test_a_fused_pass_for_all_policies_is_named_as_such():
     beats.beat(1, INFERENCE, 2)
     assert beats.describe(0) == "running inference for all its policies"
     assert beats.describe(1) == "running inference for policy 2"
+    beats.beat(0, INFERENCE, ALL_POLICIES)
+    assert beats.describe(0) == "running inference for all its policies"
+    beats.beat(0, INFERENCE, SNAPSHOT_PASS)  # a rollout worker acting for a snapshot's seat
+    assert beats.describe(0) == "running inference for a frozen snapshot"
     beats.beat(0, STEPPING, 3)
     assert beats.describe(0) == "stepping env 3"

@@ -331,7 +331,7 @@ def test_search_space_allowing_a_negative_learning_rate_is_rejected(tmp_path):
         ({"learning_rate": {"type": "categorical", "values": ["fast"]}}, "is a number"),
         ({"gamma": {"low": 0.9, "high": 1.2, "discount_like": False}}, "must be in [0, 1]"),
         ({"gamma": {"low": 0.9, "discount_like": False}}, "'gamma' has no upper bound, but"),
-        ({"ppo_clip_ratio": {"low": -1.0, "high": 0.3}}, "--ppo_clip_ratio must be > 0"),
+        ({"ppo_clip_ratio": {"low": -1.0, "high": 0.3}}, "--ppo_clip_ratio must be in (0, 1)"),
         ({"exploration_loss_coeff": {"low": -0.01, "high": 0.1}}, "must be >= 0"),
         ({"max_grad_norm": {"type": "int", "low": -2, "high": 8}}, "allows -2, but"),
         ({"value_loss_coeff": {"low": 0.1, "high": 1e400}}, "allows inf, but"),
