@@ -14,6 +14,8 @@ import sys
 import textwrap
 import time
 
+import pytest
+
 from rl_pbt.learning.checkpoints import latest_checkpoint, read_checkpoint
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -253,6 +255,8 @@ sys.exit(runner_module.run(cfg))
 """
 
 
+@pytest.mark.slow  # 17 s; the default run checks the watchdog (a stuck loop ends the run)
+# and the whole run's restart (after a killed learner) apart
 def test_a_jammed_run_restarts_itself_from_its_checkpoints(tmp_path):
     script = tmp_path / "jam.py"
     script.write_text(textwrap.dedent(JAM_SCRIPT))

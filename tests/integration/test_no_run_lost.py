@@ -138,6 +138,7 @@ def _trained(exp):
     return out
 
 
+@pytest.mark.slow  # 11 s; Ctrl-C and SIGTERM themselves are checked in the default run
 def test_a_run_started_with_sigint_ignored_ignores_it_in_every_process(tmp_path):
     """A background job (`cmd &` in a script, nohup) starts with SIGINT ignored; a `kill -INT`
     to its whole process group then leaves every process running, the children included (they

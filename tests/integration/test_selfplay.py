@@ -109,7 +109,7 @@ def test_snapshots_play_at_their_temperature(tmp_path, monkeypatch):
             "--selfplay_snapshot_prob=1.0",
             "--selfplay_snapshot_every_env_steps=1000",
             "--selfplay_snapshot_temperature=0.25",
-            "--train_for_env_steps=5000",
+            "--train_for_env_steps=2500",
             "--train_for_seconds=120",
             f"--train_dir={tmp_path}",
             "--experiment=t",
