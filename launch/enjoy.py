@@ -106,12 +106,13 @@ def load(args):
     )
     try:
         model = load_policy(exp_dir, args.policy, env.observation_space, env.action_space, cfg)
+    except CheckpointError:  # unusable, whatever the env
+        env.close()
+        raise
     except (RuntimeError, ValueError) as e:  # torch's size mismatch, or a model flag (such as
         # its observation features) another env has not: the weights belong to another env
         env.close()
-        # the run's own env: the checkpoint and config.json disagree; an unusable checkpoint
-        # is named as such, whatever the env
-        if cfg.env == trained_on or isinstance(e, CheckpointError):
+        if cfg.env == trained_on:  # the run's own env: the checkpoint and config.json disagree
             if isinstance(e, ValueError):
                 raise
             raise ValueError(checkpoint_misfit(exp_dir, args.policy, e)) from e

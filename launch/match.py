@@ -134,11 +134,11 @@ def _load_model(spec: str, env, args):
     trained_on, cfg.env = cfg.env, args.env
     try:
         return load_policy(exp_dir, policy_id, env.observation_space, env.action_space, cfg)
+    except CheckpointError:  # unusable, whatever the env
+        raise
     except (RuntimeError, ValueError) as e:  # torch's size mismatch, or a model flag (such
         # as its observation features) another env has not: another env's run
-        # the run's own env: the checkpoint and config.json disagree; an unusable checkpoint
-        # is named as such, whatever the env
-        if args.env == trained_on or isinstance(e, CheckpointError):
+        if args.env == trained_on:  # the run's own env: the checkpoint and config.json disagree
             if isinstance(e, ValueError):
                 raise
             raise ValueError(checkpoint_misfit(exp_dir, policy_id, e)) from e

@@ -229,16 +229,25 @@ def _start_time(pid: int) -> Optional[int]:
         return None
 
 
+def _arg_value(args: list[str], key: str) -> Optional[str]:
+    """The value after `key` on a command line (None without one)."""
+    return next((value for k, value in zip(args, args[1:]) if k == key), None)
+
+
+def _ini_owner(name: str) -> Optional[int]:
+    """The pid a settings file's name holds (None for another file)."""
+    number = name[len(INI_PREFIX) : -len(INI_SUFFIX)]
+    ours = name.startswith(INI_PREFIX) and name.endswith(INI_SUFFIX) and number.isdigit()
+    return int(number) if ours else None
+
+
 def doom_owner(args: list[str]) -> Optional[int]:
     """The pid of the process that started the Doom process of command line `args` (from its
     settings file); None for one not started by this package."""
-    for key, value in zip(args, args[1:]):
-        if key == "-config" and os.path.dirname(value) == doom_work_dir():
-            name = os.path.basename(value)
-            number = name[len(INI_PREFIX) : -len(INI_SUFFIX)]
-            if name.startswith(INI_PREFIX) and name.endswith(INI_SUFFIX) and number.isdigit():
-                return int(number)
-    return None
+    path = _arg_value(args, "-config")
+    if path is None or os.path.dirname(path) != doom_work_dir():
+        return None
+    return _ini_owner(os.path.basename(path))
 
 
 def _outlived_owner(pid: int, args: list[str]) -> bool:
@@ -268,11 +277,10 @@ def kill_orphans() -> list[int]:
         orphans = kill_pids(orphans)
     with contextlib.suppress(OSError):
         for name in os.listdir(doom_work_dir()):
-            number = name[len(INI_PREFIX) : -len(INI_SUFFIX)]
-            if name.startswith(INI_PREFIX) and name.endswith(INI_SUFFIX) and number.isdigit():
-                if _start_time(int(number)) is None:
-                    with contextlib.suppress(OSError):
-                        os.remove(os.path.join(doom_work_dir(), name))
+            owner = _ini_owner(name)
+            if owner is not None and _start_time(owner) is None:
+                with contextlib.suppress(OSError):
+                    os.remove(os.path.join(doom_work_dir(), name))
     return orphans
 
 
@@ -304,9 +312,9 @@ def kill_pids(pids: Iterable[int], wait: float = 3.0) -> list[int]:
     signalled = []
     for pid in pids:
         args = _cmdline(pid)
-        ids = [v for k, v in zip(args, args[1:]) if k == "+viz_instance_id"]
-        if ids and "vizdoom" in os.path.basename(args[0]):
-            instances[pid] = ids[0]
+        instance_id = _arg_value(args, "+viz_instance_id")
+        if instance_id is not None and "vizdoom" in os.path.basename(args[0]):
+            instances[pid] = instance_id
         with contextlib.suppress(ProcessLookupError, PermissionError):
             os.kill(pid, signal.SIGKILL)
             signalled.append(pid)

@@ -1022,7 +1022,7 @@ FOREIGN_FLAGS: list[ForeignFlag] = [
     ),
     ForeignFlag(
         "use_env_info_cache", "the env's spaces are probed once at each start", allowed=("False",)
-    ),  # fmt: skip
+    ),
     ForeignFlag(
         "use_record_episode_statistics",
         "each episode's return and length are counted by the rollout workers",

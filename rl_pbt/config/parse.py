@@ -114,10 +114,14 @@ def did_you_mean(name: str, known: Iterable[str], prefix: str = "--") -> str:
 
 
 def unknown_flag_message(
-    name: str, known: Iterable[str], source: str, env_name: Optional[str] = None
+    name: str,
+    known: Iterable[str],
+    source: str,
+    env_name: Optional[str] = None,
+    shown: Optional[str] = None,
 ) -> str:
     """'unknown flag --NAME in SOURCE', with the closest known names when some are close; a
-    flag of other registered envs says whose it is."""
+    flag of other registered envs says whose it is (named `shown` where given)."""
     from rl_pbt.envs.registry import envs_with_flag  # avoid cycle
 
     owners = envs_with_flag(name)
@@ -126,7 +130,7 @@ def unknown_flag_message(
         here = f"--env={env_name}" if env_name else "a run without --env"
         envs = "env" if len(owners) == 1 else "envs"
         return (
-            f"--{name} in {source} is a flag of the {envs} {whose}, not of {here} "
+            f"{shown or '--' + name} in {source} is a flag of the {envs} {whose}, not of {here} "
             f"({PROG} --help --env=NAME lists an env's own flags)"
         )
     picks = close_names(name, known)
@@ -462,10 +466,8 @@ def parse_cfg(
                 if key is None:
                     continue
                 if key not in by_name:  # renamed to a flag of other envs: named as typed
-                    message = unknown_flag_message(key, by_name, source, env_name)
-                    raise ConfigError(
-                        message.replace(f"--{key}", f"--{typed} (Sample Factory's --{key})", 1)
-                    )
+                    shown = f"--{typed} (Sample Factory's --{key})"
+                    raise ConfigError(unknown_flag_message(key, by_name, source, env_name, shown))
             if key not in by_name:
                 raise ConfigError(unknown_flag_message(key, by_name, source, env_name))
             values[key] = _coerce(by_name[key], value, source)
@@ -791,22 +793,10 @@ def _tuning_problem(name: str, spec: ParamSpec) -> Optional[str]:
     if not is_tunable(name):
         hint = did_you_mean(name, TUNED_HPARAMS, prefix="")
         return f"cannot be tuned while a learner runs{hint}; PBT can tune {TUNABLE_TEXT}"
-    if is_shaping_key(name):
-        return shaping_space_problem(spec)
+    if is_shaping_key(name):  # any finite number
+        return search_space_problem(spec, None)
     flag = FLAGS_BY_NAME.get(name)
     return search_space_problem(spec, flag) if flag is not None else None
-
-
-def shaping_space_problem(spec: ParamSpec) -> Optional[str]:
-    """Why the entry `spec` lets PBT give a reward-shaping weight what is no finite number
-    (a string, true/false, Infinity), or None."""
-    given = spec.values if spec.kind == "categorical" else [spec.low, spec.high]
-    for value in (v for v in given if v is not None):
-        if isinstance(value, bool) or not isinstance(value, (int, float)):
-            return f"allows {value!r}, but a reward-shaping weight is a number"
-        if not math.isfinite(value):
-            return f"allows {value!r}, but a reward-shaping weight must be finite"
-    return None
 
 
 def _reach(spec: ParamSpec) -> list[tuple[Any, str]]:
@@ -826,17 +816,19 @@ def _reach(spec: ParamSpec) -> list[tuple[Any, str]]:
     ]
 
 
-def search_space_problem(spec: ParamSpec, flag: Flag) -> Optional[str]:
+def search_space_problem(spec: ParamSpec, flag: Optional[Flag]) -> Optional[str]:
     """Why the entry `spec` lets PBT give flag's learning value one that the flag itself
-    rejects ('allows -0.1, but --learning_rate must be > 0'), or None."""
+    rejects ('allows -0.1, but --learning_rate must be > 0'), or None. `flag` None: a
+    reward-shaping weight, any finite number."""
+    what = f"--{flag.name}" if flag is not None else "a reward-shaping weight"
     for value, how in _reach(spec):
         if isinstance(value, bool) or not isinstance(value, (int, float)):
-            return f"{how}, but --{flag.name} is a number"
+            return f"{how}, but {what} is a number"
         if not math.isfinite(value):
-            return f"{how}, but --{flag.name} must be finite"
-        problem = flag.check(value) if flag.check is not None else None
+            return f"{how}, but {what} must be finite"
+        problem = flag.check(value) if flag is not None and flag.check is not None else None
         if problem:
-            return f"{how}, but --{flag.name} {problem}"
+            return f"{how}, but {what} {problem}"
     return None
 
 

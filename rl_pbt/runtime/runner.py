@@ -1214,8 +1214,8 @@ class Runner:
         loop and the children's heartbeats get --heartbeat_timeout from then."""
         woke = time.monotonic()
         while not self._loop_done.wait(1.0):
-            now, slept = time.monotonic(), time.monotonic() - woke
-            woke = now
+            now = time.monotonic()
+            slept, woke = now - woke, now
             if slept > SUSPENDED_AFTER_S:
                 self._loop_alive = self._resumed_at = now
                 log(f"the run was suspended for {slept:.0f} s; going on")

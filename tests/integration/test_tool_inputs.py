@@ -242,9 +242,10 @@ def test_config_with_a_model_flag_of_the_wrong_type_is_named(copy_of, capsys):
     config = td / "pbt" / "config.json"
     config.write_text(json.dumps({**json.loads(config.read_text()), "encoder_mlp_layers": "x"}))
     words = [str(config), "--encoder_mlp_layers='x' (in config.json): expected"]
-    fails(capsys, enjoy.main, [f"--train_dir={td}", "--experiment=pbt"], *words)
+    line = fails(capsys, enjoy.main, [f"--train_dir={td}", "--experiment=pbt"], *words)
+    assert "is not a run's config" in line and "Traceback" not in line
     argv = [f"--train_dir={td}", "--experiment=pbt", "--players", "p0", "p1"]
-    fails(capsys, match.main, argv, *words)
+    assert fails(capsys, match.main, argv, *words).startswith("rl-pbt-match: error: ")
 
 
 def test_another_env_whose_model_lacks_the_runs_features_is_named_as_another_env(runs, capsys):
