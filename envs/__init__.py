@@ -1,7 +1,7 @@
 """Built-in env integrations. Importing this package registers every env it holds.
 
 Each subpackage registers its own names with `rl_pbt.register_env`; VizDoom envs are
-registered only when the `vizdoom` package is installed (`pip install -e ".[doom]"`).
+registered only when the `vizdoom` package is installed (`pip install "rl_pbt[doom]"`).
 """
 
 import importlib

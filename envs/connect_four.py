@@ -14,7 +14,7 @@ orientation of the board and its mirror image (`connect_four_mirror`, `--mirror_
 `connect_four_planes` is the same game with the
 board as 2 x 6 x 7 float planes and a small convolutional encoder
 (`--encoder_conv_architecture=convnet_board`) by default.
-PettingZoo is imported only when an env is made (`pip install -e ".[pettingzoo]"`).
+PettingZoo is imported only when an env is made (`pip install "rl_pbt[pettingzoo]"`).
 """
 
 from __future__ import annotations
@@ -28,7 +28,9 @@ from torch import Tensor, nn
 from envs.connect_four_batch import COLS, LINES, ROWS, ConnectFourBatch, game_score
 from envs.pettingzoo_adapter import factory_seed, register_pettingzoo_aec_env
 from rl_pbt.config.flags import Flag, non_negative
+from rl_pbt.config.parse import ConfigError
 from rl_pbt.envs.scripted import register_scripted_policy
+from rl_pbt.extras import install_hint
 from rl_pbt.models.symmetry import Mirror
 
 WIN = 1_000_000
@@ -310,7 +312,14 @@ def make_alphabeta(env, seed: Optional[int] = None, depth: int = 2) -> AlphaBeta
 
 
 def make_connect_four(**kwargs):
-    from pettingzoo.classic import connect_four_v3
+    try:
+        from pettingzoo.classic import connect_four_v3
+    except ImportError as e:  # PettingZoo, or pygame that its classic games import
+        missing = e.name or "a package it needs"
+        raise ConfigError(
+            f"connect four is PettingZoo's connect_four_v3, and {missing} is not installed: "
+            f"{install_hint('pettingzoo')}"
+        ) from e
 
     return connect_four_v3.env(**kwargs)
 

@@ -154,6 +154,8 @@ class ConnectFourBatch(BatchedMultiAgentEnv):
                 return
 
     def reset_copy(self, k: int, seed: Optional[int] = None) -> tuple[list, list[dict]]:
+        if seed is not None:  # as PettingZooAECAdapter.reset(seed): the openings too
+            self._rngs[k] = np.random.default_rng(seed)
         self._new_game(k)
         ks = np.array([k])
         return self._observations(ks)[0], self._infos(ks, self.mover[ks])[0]

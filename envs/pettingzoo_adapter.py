@@ -1,7 +1,7 @@
 """Adapter from a PettingZoo `ParallelEnv` to the rl_pbt multi-agent contract, and its registration.
 
 PettingZoo is not imported here: any object with the ParallelEnv API works, so the package
-stays optional (`pip install -e ".[pettingzoo]"`).
+stays optional (`pip install "rl_pbt[pettingzoo]"`).
 """
 
 from __future__ import annotations
@@ -103,7 +103,8 @@ class PettingZooParallelAdapter:
         self, seed: Optional[int] = None, options: Optional[dict] = None
     ) -> tuple[list, list[dict]]:
         if seed is None:
-            seed, self._next_seed = self._next_seed, None
+            seed = self._next_seed
+        self._next_seed = None  # a seeded reset replaces the factory's pending seed
         obs, infos = self.env.reset(seed=seed, options=options)
         self._done = [False] * self.num_agents
         self._last_info = [{} for _ in self.agent_names]
@@ -356,7 +357,10 @@ class PettingZooAECAdapter:
 
     def reset(self, seed: Optional[int] = None, options: Optional[dict] = None):
         if seed is None:
-            seed, self._next_seed = self._next_seed, None
+            seed = self._next_seed
+        self._next_seed = None  # a seeded reset replaces the factory's pending seed
+        if seed is not None:  # a seeded reset also seeds the random openings
+            self._opening_rng = np.random.default_rng(seed)
         self.env.reset(seed=seed, options=options)
         self._play_opening()
         self._returns = np.zeros(self.num_agents)

@@ -1,5 +1,7 @@
 """Entry points: train, enjoy, match, replay, report."""
 
+from __future__ import annotations
+
 import argparse
 import gc
 import sys

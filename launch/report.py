@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 from typing import Any, Optional
 
 from launch import ToolParser, command, summary
+from rl_pbt.extras import install_hint
 from rl_pbt.logging.files import (
     EXPERIMENT_MARKER,
     atomic_write,
@@ -645,7 +646,7 @@ def main(argv: list[str] | None = None) -> int:
     except ImportError as e:
         if not (e.name or "").startswith("matplotlib"):
             raise
-        return _fail('the report figures need matplotlib: pip install -e ".[report]"')
+        return _fail(f"the report figures need matplotlib: {install_hint('report')}")
 
     run = load_run(exp_dir, cfg)
     if run.events:

@@ -10,6 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Callable, Optional, Sequence
 
+from rl_pbt.extras import install_hint
 from rl_pbt.logging.files import experiment_name_problem
 
 Check = Callable[[Any], Optional[str]]  # returns an error message, or None when the value is fine
@@ -901,7 +902,7 @@ FLAGS: list[Flag] = [
         "with_wandb",
         bool,
         False,
-        'also log to Weights & Biases (needs the wandb package: pip install -e ".[wandb]")',
+        f"also log to Weights & Biases (needs the wandb package: {install_hint('wandb')})",
         group="logging",
     ),
     Flag("wandb_project", str, "rl_pbt", "W&B project", wandb_name, group="logging"),

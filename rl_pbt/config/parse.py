@@ -33,6 +33,7 @@ from rl_pbt.config.flags import (
     ForeignFlag,
     path_text,
 )
+from rl_pbt.extras import install_hint
 from rl_pbt.logging.files import load_user_json, read_run_config
 from rl_pbt.pbt.search_space import (
     KINDS,
@@ -1005,7 +1006,7 @@ def _check_ray_flags(cfg: Cfg) -> None:
 
     if importlib.util.find_spec("ray") is None:
         raise ConfigError(
-            f'{flag} needs Ray: pip install -e ".[ray]" (or drop --ray_address for a run on '
+            f"{flag} needs Ray: {install_hint('ray')} (or drop --ray_address for a run on "
             "this machine)"
         )
 
@@ -1033,7 +1034,7 @@ def _check_files(cfg: Cfg) -> None:
 
         if importlib.util.find_spec("wandb") is None:
             raise ConfigError(
-                '--with_wandb needs the wandb package: pip install -e ".[wandb]" (or drop the flag)'
+                f"--with_wandb needs the wandb package: {install_hint('wandb')} (or drop the flag)"
             )
 
 

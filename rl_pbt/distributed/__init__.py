@@ -1,1 +1,1 @@
-"""Populations larger than one machine, on Ray (optional: `pip install -e ".[ray]"`)."""
+"""Populations larger than one machine, on Ray (optional: `pip install "rl_pbt[ray]"`)."""

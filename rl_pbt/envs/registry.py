@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Optional
 
 from rl_pbt.config.flags import Flag
+from rl_pbt.extras import install_hint
 
 MakeEnvFunc = Callable[..., Any]  # (full_env_name, cfg, env_config, render_mode=None) -> env
 # (full_env_name, cfg, env_configs: list[dict]) -> BatchedMultiAgentEnv of len(env_configs) copies
@@ -215,13 +216,13 @@ def known_envs_message(name: Optional[str] = None) -> str:
 # integration registers its names only when its package imports, so without the package a
 # name of the family would read as a typo; the message names the install instead.
 _OPTIONAL_FAMILIES: list[tuple[str, str, str]] = [
-    ("doom_", "vizdoom", 'pip install -e ".[doom]"'),
+    ("doom_", "vizdoom", install_hint("doom")),
 ]
 
 
 def register_optional_env_family(prefix: str, module: str, install: str) -> None:
     """Env names starting with `prefix` need `module`; when it is missing, asking for one
-    says `install` (e.g. 'pip install -e ".[doom]"') instead of 'unknown env'."""
+    says `install` (e.g. `install_hint("doom")`) instead of 'unknown env'."""
     entry = (prefix, module, install)
     if entry not in _OPTIONAL_FAMILIES:
         _OPTIONAL_FAMILIES.append(entry)

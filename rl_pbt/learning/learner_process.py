@@ -74,6 +74,7 @@ class LearnerHost:
                         p,
                         "loaded",
                         f"resumed at version {learner.version}, {learner.env_steps} env steps",
+                        {"env_steps": int(learner.env_steps)},
                     )
                 )
             learner.publish()

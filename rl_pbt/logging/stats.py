@@ -84,7 +84,11 @@ class PopulationStats:
         self.fps_window.append((time.time(), 0))
         self.last_status = 0.0
         self.last_summary = 0.0
-        self.last_written: list[int] = []  # env steps of the last row of scalars
+        # each policy's env steps at its last row of scalars: a row is written for a policy
+        # whose count moved since (two rows at one step draw a curve that doubles back)
+        self.row_step: dict[int, int] = {}
+        # a resumed run: each policy's count when its learner first reported (its checkpoint's)
+        self.resume_step: dict[int, int] = {}
         self.resumed = False  # set by the runner: see maybe_write_summaries
         self.warned_no_objective: set[int] = set()
         self.writers: dict[int, Any] = {}
@@ -149,6 +153,27 @@ class PopulationStats:
                 f"; PBT ranks this policy on the episode return",
                 flush=True,
             )
+
+    def resumed_from(self, p: int, env_steps: int) -> None:
+        """Policy p's learner loaded a checkpoint of `env_steps`: p's next row comes once it has
+        trained past them, and its curves go on from there (see `_writer`)."""
+        self.resume_step[p] = env_steps
+        self.row_step[p] = max(self.row_step.get(p, 0), env_steps)
+
+    def restore_pbt_last(self, events: list[dict]) -> None:
+        """A resumed run: the PBT line names the last decision in the lineage of the runs
+        before (else it said "no events yet" until this run's first)."""
+        for event in reversed(events):
+            if event.get("action") in ("replace", "mutate"):
+                try:
+                    source = event.get("source")
+                    text = progress.pbt_event_text(
+                        int(event["policy"]), None if source is None else int(source)
+                    )
+                    self.pbt_last = (text, float(event["time"]))
+                except (KeyError, TypeError, ValueError):  # an event of another shape: none
+                    pass
+                return
 
     def pbt_event(self, decision) -> None:
         """A PBT decision: counted in the next status block's PBT line; its full text goes to
@@ -283,7 +308,14 @@ class PopulationStats:
         if p not in self.writers:
             from tensorboardX import SummaryWriter
 
-            self.writers[p] = SummaryWriter(summary_dir(self.exp_dir, p), flush_secs=20)
+            # a resumed run: the rows a killed run wrote past the checkpoint it resumes from are
+            # purged (TensorBoard drops them on reading), so that each curve goes on from there
+            purge = self.resume_step.get(p)
+            self.writers[p] = SummaryWriter(
+                summary_dir(self.exp_dir, p),
+                flush_secs=20,
+                purge_step=None if purge is None else purge + 1,
+            )
         return self.writers[p]
 
     def scalars(self, p: int, fps: float, pbt=None) -> dict[str, float]:
@@ -322,21 +354,24 @@ class PopulationStats:
         return out
 
     def maybe_write_summaries(self, env_steps: list[int], pbt=None, force: bool = False) -> None:
-        """A row of scalars per policy every --experiment_summaries_interval seconds, when
-        something trained since the last row; `force` (the end of a run): now. A resumed run
-        writes no row for a policy before its learner has reported its restored count (a row
-        at 0 env steps would put the resumed values at the start of the curves)."""
+        """A row of scalars every --experiment_summaries_interval seconds for each policy that
+        trained since its last row; `force` (the end of a run): now. A resumed run writes no
+        row for a policy before it has trained past its restored count (a row at 0 env steps
+        would put the resumed values at the start of the curves, one at the restored count
+        repeats the last row of the run before, at 0 frames/s)."""
         now = time.time()
         steps = [int(s) for s in env_steps]
-        if steps == self.last_written:  # nothing trained since the last row
+        policies = [
+            p
+            for p in range(self.n)
+            if (steps[p] > 0 or not self.resumed) and steps[p] != self.row_step.get(p)
+        ]
+        if not policies:  # nothing trained since the last rows
             return
         if not force and now - self.last_summary < self.cfg.experiment_summaries_interval:
             return
-        policies = [p for p in range(self.n) if steps[p] > 0 or not self.resumed]
-        if not policies:
-            return
         self.last_summary = now
-        self.last_written = steps
+        self.row_step.update((p, steps[p]) for p in policies)
         fps = self.fps()
         rows = {p: (steps[p], self.scalars(p, fps, pbt)) for p in policies}
         for p, (step, scalars) in rows.items():
@@ -377,12 +412,12 @@ class PopulationStats:
         # the last row of the run before: a re-run with nothing to train adds none
         steps = [kept.get(p, (0, [], None))[2] for p in range(self.n)]
         self.steps_before = [s if isinstance(s, int) and s > 0 else 0 for s in steps]
-        if all(isinstance(s, int) for s in steps):
-            self.last_written = steps
+        self.row_step.update((p, s) for p, s in enumerate(steps) if isinstance(s, int))
 
-    def summary(self, env_steps: list[int]) -> dict:
-        """Final figures of the run (written to summary.json by the runner), the runs it
-        resumed included (see `restore`)."""
+    def summary(self, env_steps: list[int], final: bool = True) -> dict:
+        """Figures of the run (written to summary.json by the runner, during the run too), the
+        runs it resumed included (see `restore`); `final`: the status block shows these env
+        steps from here."""
         policies = {}
         for p in range(self.n):
             policies[str(p)] = {
@@ -396,7 +431,8 @@ class PopulationStats:
                 "recent_objectives": list(self.objectives[p]),
             }
         steady = self.fps_history[len(self.fps_history) // 2 :]
-        self.env_steps = list(env_steps)
+        if final:
+            self.env_steps = list(env_steps)
         return {
             "frames": self.frames_total,
             "fps_median_second_half": float(np.median(steady)) if steady else None,

@@ -15,7 +15,9 @@ from typing import Any, Optional
 
 import numpy as np
 
-INSTALL_HINT = 'pip install -e ".[video]"'
+from rl_pbt.extras import install_hint
+
+INSTALL_HINT = install_hint("video")
 FORMATS = (".mp4", ".gif")
 MIN_WIDTH = 256  # narrower frames (a Doom observation) are scaled up by a whole factor
 BLOCK = 16  # frame sizes are padded to a multiple of this (video codecs work in 16-px blocks)

@@ -16,8 +16,9 @@ import time
 from typing import Any, Optional
 
 from rl_pbt.config.parse import ConfigError
+from rl_pbt.extras import install_hint
 
-INSTALL_HINT = 'pip install -e ".[wandb]"'
+INSTALL_HINT = install_hint("wandb")
 
 
 def run_id_path(exp_dir: str) -> str:

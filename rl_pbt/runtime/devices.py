@@ -208,6 +208,7 @@ _ROLES = {
     "pbt": 5,
     "minibatches": 6,
     "group": 7,
+    "main": 8,
 }
 
 
@@ -216,12 +217,14 @@ def fresh_seed() -> int:
     return int(np.random.SeedSequence().generate_state(1)[0] & 0x7FFFFFFF)
 
 
-def derive_seed(run_seed: int, role: str, index: int = 0, restart: int = 0) -> int:
+def derive_seed(run_seed: int, role: str, index: int = 0, restart: int = 0, start: int = 0) -> int:
     """Independent seed for one component (policy p's learner, worker w, ...) of a run: every
     process gets its own stream, and the same run seed gives the same streams. A component
-    restarted after it died (`restart` > 0) gets a fresh stream, not its predecessor's."""
+    restarted after it died (`restart` > 0) gets a fresh stream, not its predecessor's, and so
+    does every component of a resumed run (`start` > 0: the run's folder counts its starts)."""
     entropy = [abs(int(run_seed)), _ROLES[role], int(index)] + ([int(restart)] if restart else [])
-    seq = np.random.SeedSequence(entropy)
+    # a new run (start 0) keeps the seeds it always had; a start is a child of those streams
+    seq = np.random.SeedSequence(entropy, spawn_key=(int(start),) if start else ())
     return int(seq.generate_state(1)[0] & 0x7FFFFFFF)
 
 

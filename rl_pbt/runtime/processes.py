@@ -72,6 +72,8 @@ class RunSpec:
     # learning values a resume changed (without PBT): each learner takes them over its
     # checkpoint's
     resume_hparams: Optional[dict] = None
+    # which start of the run this is (0: new; a resume draws seeds of its own: derive_seed)
+    run_start: int = 0
 
     def make_model(self):
         return make_actor_critic(self.obs_space, self.action_space, self.cfg)
@@ -196,7 +198,7 @@ def child_setup(
         target=_end_if_orphaned, args=(orphan_grace_s,), name="orphan-guard", daemon=True
     )
     guard.start()
-    seed = derive_seed(spec.run_seed, role, index, restart)
+    seed = derive_seed(spec.run_seed, role, index, restart, spec.run_start)
     seed_everything(seed)
     if signals:  # last, so that a signal is never raised inside the set-up (a forked child
         child_signals()  # drops one before: the runner, which it reaches too, stops the child)
@@ -316,7 +318,7 @@ def build_worker(
         ),
         initial_shaping=dict(spec.initial_shaping),
         # a restarted worker gets fresh env seeds: it must not replay its predecessor's games
-        seed=derive_seed(spec.run_seed, "worker", worker_idx, restart=incarnation),
+        seed=derive_seed(spec.run_seed, "worker", worker_idx, incarnation, spec.run_start),
         inference=spec.inference,
         incarnation=incarnation,
     )
@@ -344,7 +346,7 @@ def build_learner(spec: RunSpec, policy_id: int):
     without --seed and repeat with it."""
     from rl_pbt.learning.learner import Learner
 
-    seed = derive_seed(spec.run_seed, "learner", policy_id)
+    seed = derive_seed(spec.run_seed, "learner", policy_id, start=spec.run_start)
     torch.manual_seed(seed)
     learner = Learner(
         spec.cfg,
@@ -355,7 +357,7 @@ def build_learner(spec: RunSpec, policy_id: int):
         spec.params,
         spec.device_of[policy_id],
         spec.exp_dir,
-        seed=derive_seed(spec.run_seed, "minibatches", policy_id),
+        seed=derive_seed(spec.run_seed, "minibatches", policy_id, start=spec.run_start),
         turn_taking=spec.num_agents > 1,
     )
     plan = spec.inference

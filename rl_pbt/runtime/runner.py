@@ -70,6 +70,7 @@ from rl_pbt.memory.buffers import TrajectoryBuffers, num_slots_needed
 from rl_pbt.memory.param_store import ParamStore, store_words
 from rl_pbt.memory.slots import SlotPool
 from rl_pbt.models.actor_critic import make_actor_critic
+from rl_pbt.pbt.lineage import lineage_path, read_events
 from rl_pbt.pbt.search_space import flatten_shaping, overlay_shaping, saved_member_shaping
 from rl_pbt.runtime import heartbeat as hb
 from rl_pbt.runtime import serial_state
@@ -144,6 +145,9 @@ from rl_pbt.sampling.matchmaking import (
 from rl_pbt.sampling.worker_process import worker_process_main
 
 ELO_SAVE_EVERY_S = 30.0  # elo.json is also written at every stop
+# summary.json too, not only at the stop: a run killed whole (the OOM killer, a lost node)
+# resumes its frames and episodes from it instead of counting from 0
+SUMMARY_SAVE_EVERY_S = 30.0
 RATINGS_EVERY_S = 1.0  # Elo matchmaking: newest ratings to the workers at most this often
 
 
@@ -343,6 +347,24 @@ def newest_readable_checkpoint(folder: str) -> tuple[Optional[tuple[str, dict]],
         except CheckpointError as e:
             newest = newest or e.reason
     return None, newest
+
+
+STARTS_FILE = "starts.json"
+
+
+def count_start(exp_dir: str, resuming: bool) -> int:
+    """This start's number in the run's folder (0 for a new run, 1 for its first resume, ...),
+    recorded for the next start. A run from before the file existed had one start."""
+    path = os.path.join(exp_dir, "stats", STARTS_FILE)
+    start = 0
+    if resuming:
+        try:
+            start = int((read_json(path) or {}).get("starts", 1))
+        except (OSError, ValueError, TypeError, AttributeError):  # unreadable: a new number
+            start = int(time.time())
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    atomic_write_json(path, {"starts": start + 1})
+    return start
 
 
 def prepare_experiment_dir(cfg: Cfg) -> tuple[str, bool]:
@@ -549,6 +571,8 @@ class Runner:
         self.env_steps = [0] * cfg.num_policies
         self.versions = [0] * cfg.num_policies
         self.pbt = self._make_pbt()
+        if self.resuming:
+            self.stats.restore_pbt_last(read_events(lineage_path(self.exp_dir)))
         # PBT's objective: each episode's target (or Elo), or only games against snapshots
         target = cfg.pbt_target_objective
         self.pbt_on_episodes = self.pbt is not None and target != "vs_snapshots"
@@ -567,6 +591,8 @@ class Runner:
         if self.num_agents > 1:
             self.stats.elo = self.elo  # each member's rating joins its logged scalars
         self._elo_saved_at = time.time()
+        self._summary_saved_at = time.time()
+        self._summary_failed = False
         if self.pbt is not None and target == "elo":  # the best member is PBT's best
             self.stats.rank_by("elo", self._ratings)
         elif self.pbt is not None and (target == "vs_snapshots" or target.startswith("vs_scr")):
@@ -616,6 +642,11 @@ class Runner:
         self.control: Optional[GroupControl] = None
         # last: a run stopped by an error above leaves the config of the run it resumes alone
         save_cfg(cfg, os.path.join(self.exp_dir, "config.json"))
+        # every process's seed also takes this start's number: a resume draws new episodes,
+        # openings and samples instead of replaying its first start's (and repeats them too)
+        self.run_start = count_start(self.exp_dir, self.resuming)
+        if self.run_start:  # the main process too (it acts in serial mode)
+            seed_everything(derive_seed(self.run_seed, "main", start=self.run_start))
 
     def _template_model(self):
         self._check_model_memory()
@@ -722,6 +753,7 @@ class Runner:
             resuming=self.resuming,
             resume_hparams=self.resume_hparams,
             run_seed=self.run_seed,
+            run_start=self.run_start,
             obs_space=self.obs_space,
             action_space=self.action_space,
             num_agents=self.num_agents,
@@ -817,6 +849,8 @@ class Runner:
             f"parameters per policy; {self.buffers.num_slots} trajectory slots"
         )
         seed_note = "" if cfg.seed is not None else f" (random; --seed={self.run_seed} repeats it)"
+        if self.run_start:
+            seed_note += f", start {self.run_start + 1} of this run: streams of its own"
         mode = "serial mode" if cfg.serial_mode else f"children start by {self.start_method}"
         why = f" ({self.inference_why})" if self.inference_why and self.uses_cuda else ""
         mode += f"; {self.inference_mode} inference{why}"
@@ -1394,6 +1428,7 @@ class Runner:
         elif self.cfg.matchmaking == "elo" and self.num_agents > 1:
             self._send_ratings()  # the workers draw opponents by them
         self._maybe_save_elo()
+        self._maybe_save_summary()
         done = min(self.env_steps) >= self.cfg.train_for_env_steps
         if self.control is not None and self.control.stop_requested:
             done = True
@@ -1478,6 +1513,8 @@ class Runner:
                         self.control.record_snapshot(msg.data["id"], p, steps)
                 if msg.kind == "loaded":
                     log(f"policy {msg.policy_id}: {msg.detail}")
+                    if "env_steps" in msg.data:
+                        self.stats.resumed_from(msg.policy_id, int(msg.data["env_steps"]))
                 if msg.kind == "pbt_applied" and self.pbt_unapplied[msg.policy_id] > 0:
                     self.pbt_unapplied[msg.policy_id] -= 1
                 if msg.kind == "pbt_applied" and msg.detail != "source=None":
@@ -1673,6 +1710,20 @@ class Runner:
         if time.time() - self._elo_saved_at >= ELO_SAVE_EVERY_S:
             self._save_elo()
 
+    def _maybe_save_summary(self) -> None:
+        """summary.json every SUMMARY_SAVE_EVERY_S during the run (the stop writes it too); a
+        write that fails is named once, and tried again at the next period."""
+        if time.time() - self._summary_saved_at < SUMMARY_SAVE_EVERY_S:
+            return
+        self._summary_saved_at = time.time()
+        try:
+            self._write_summary(final=False)
+        except OSError as e:
+            if not self._summary_failed:
+                log(f"could not write summary.json: {e.strerror or e} (tried again every "
+                    f"{SUMMARY_SAVE_EVERY_S:.0f} s and at the stop)")  # fmt: skip
+            self._summary_failed = True
+
     def _save_elo(self) -> None:
         if len(self.elo) and self.num_agents > 1:  # ratings come from games between players
             atomic_write_json(self._elo_path(), self.elo.to_dict())
@@ -1700,8 +1751,8 @@ class Runner:
         )
         self.side_state_failed = not all(written)  # the end's text says so
 
-    def _write_summary(self) -> None:
-        summary = self.stats.summary(self._kept_steps())  # what a resume starts from
+    def _write_summary(self, final: bool = True) -> None:
+        summary = self.stats.summary(self._kept_steps(), final)  # what a resume starts from
         summary["seed"] = self.run_seed  # drawn when --seed was not given: --seed repeats it
         summary["worker_restarts"] = self.worker_restarts
         summary["pbt_copy_latency_s"] = [

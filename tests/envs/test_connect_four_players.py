@@ -4,6 +4,10 @@ with one-line errors; `rl-pbt-match` prints scores with confidence intervals."""
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
+
 import numpy as np
 import pytest
 
@@ -19,6 +23,8 @@ from rl_pbt.envs.scripted import (  # noqa: E402
     parse_scripted,
     scripted_policies,
 )
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 
 def obs_of(board: np.ndarray) -> dict:
@@ -104,3 +110,28 @@ def test_match_prints_scores_with_intervals(capsys):
     assert match.main(["--env=connect_four", "--players", "random", "chaser"]) == 2
     err = capsys.readouterr().err
     assert "no scripted player 'chaser' for env 'connect_four'" in err, err
+
+
+@pytest.mark.parametrize("missing", ["pettingzoo", "pygame"])
+def test_without_pettingzoo_or_pygame_tools_say_which_extra_to_install(tmp_path, missing):
+    """Connect four's games are PettingZoo's, which import pygame: with either missing,
+    rl-pbt-match and rl-pbt-train stop in one line that names the package and the extra."""
+    code = (
+        f"import sys; sys.modules[{missing!r}] = None\n"  # as if it were not installed
+        "from launch import match, train\n"
+        "tool = match if sys.argv[1] == 'match' else train\n"
+        "sys.exit(tool.main(sys.argv[2:]))"
+    )
+    runs = {
+        "match": ["--env=connect_four", "--players", "random", "alphabeta", "--games=2"],
+        "train": ["--env=connect_four", f"--train_dir={tmp_path}", "--train_for_env_steps=100"],
+    }
+    for tool, argv in runs.items():
+        done = subprocess.run(
+            [sys.executable, "-c", code, tool, *argv], cwd=ROOT, capture_output=True, text=True
+        )
+        err = done.stderr.strip().splitlines()
+        assert done.returncode == 2, (tool, done.stderr)
+        assert len(err) == 1 and missing in err[0], (tool, done.stderr)
+        assert 'pip install "rl_pbt[pettingzoo]"' in err[0], (tool, done.stderr)
+    assert list(tmp_path.iterdir()) == []

@@ -320,3 +320,19 @@ def test_an_aec_env_given_as_a_parallel_env_is_named():
     with pytest.raises(TypeError, match="register_pettingzoo_aec_env"):
         PettingZooParallelAdapter(rps_v2.env())
     PettingZooParallelAdapter(rps_v2.parallel_env())  # the parallel one is taken
+
+
+def test_a_seeded_reset_replaces_the_factorys_pending_seed():
+    """The factory's seed (from --seed and the env id only) seeds the first reset when that
+    reset has none; a worker's seeded reset replaces it, and it never comes back at a later
+    reset, which would replay the same episodes in a restarted worker or a resumed run."""
+    inner = ScriptedParallelEnv()
+    env = PettingZooParallelAdapter(inner, seed=123)
+    env.reset(seed=7)
+    env.reset()
+    assert inner.reset_seeds == [7, None]
+    unseeded = ScriptedParallelEnv()
+    env = PettingZooParallelAdapter(unseeded, seed=123)
+    env.reset()
+    env.reset()
+    assert unseeded.reset_seeds == [123, None]

@@ -142,7 +142,9 @@ CASES = [
     Case("wandb_project", ["--wandb_project=a/b"], ["--wandb_project='a/b'", "/"]),
     Case("wandb_entity", ["--wandb_entity="], ["--wandb_entity=''", "empty"]),
     Case("wandb_tag", [f"--wandb_tags=ok,{LONG_TAG}"], ["--wandb_tags", "64"]),
-    Case("wandb_missing", ["--with_wandb"], ["--with_wandb", '".[wandb]"'], setup=without_wandb),
+    Case(
+        "wandb_missing", ["--with_wandb"], ["--with_wandb", '"rl_pbt[wandb]"'], setup=without_wandb
+    ),
     Case("ray_address", ["--ray_address=cluster1"], ["--ray_address='cluster1'", "HOST:PORT"]),
     Case("policies_per_node", ["--policies_per_node=0"], ["--policies_per_node=0", "> 0"]),
     Case(
@@ -161,7 +163,10 @@ CASES = [
     Case("ray_node_dir", ["--ray_node_dir=/tmp/n"], ["--ray_node_dir='/tmp/n'", "--ray_address"]),
     Case("help_topic", ["--help=ppo"], ["--help=ppo", "pbt", "sampling"], base=False),
     Case(
-        "doom_missing", ["--env=doom_basic"], ["--env=doom_basic", '".[doom]"'], setup=doom_missing
+        "doom_missing",
+        ["--env=doom_basic"],
+        ["--env=doom_basic", '"rl_pbt[doom]"'],
+        setup=doom_missing,
     ),
     # --- presets ---
     Case("preset_values", ["--preset=arena_hunter_start"], ["--preset", "--policy_values="]),

@@ -378,3 +378,31 @@ def test_a_failed_side_write_at_the_stop_leaves_the_others(tmp_path, monkeypatch
     assert state_path.is_file()
     assert "could not write summary.json: No space left on device" in capsys.readouterr().out
     assert runner.side_state_failed  # the closing text will not say all was saved
+
+
+def test_a_run_killed_before_its_stop_resumes_its_frames_and_episodes(tmp_path, monkeypatch):
+    """summary.json is written during the run, not only at the stop: a run killed whole (here
+    its stop writes nothing but the checkpoints, as after a SIGKILL of the main process once
+    the learners saved) resumes its frames and episodes from it instead of counting from 0."""
+    from rl_pbt import train
+    from rl_pbt.runtime import runner as runner_module
+    from tests.small_run import SERIAL_CARTPOLE
+
+    argv = [*SERIAL_CARTPOLE, f"--train_dir={tmp_path}", "--experiment=e", "--seed=1"]
+    monkeypatch.setattr(runner_module, "SUMMARY_SAVE_EVERY_S", 0.0)
+    with monkeypatch.context() as killed:
+        killed.setattr(runner_module.Runner, "_save_side_state", lambda self: None)
+        train(parse_cfg([*argv, "--train_for_env_steps=2000"]))
+    path = os.path.join(tmp_path, "e", "summary.json")
+    assert os.path.isfile(path)
+    with open(path) as f:
+        before = json.load(f)
+    assert before["frames"] > 0 and before["policies"]["0"]["episodes"] > 0
+    assert train(parse_cfg([*argv, "--train_for_env_steps=4000"])) == 0
+    with open(path) as f:
+        after = json.load(f)
+    steps = [after["policies"][str(p)]["env_steps"] for p in range(2)]
+    assert min(steps) >= 4000 and after["frames"] >= sum(steps)
+    for p in range(2):
+        episodes = (before["policies"][str(p)]["episodes"], after["policies"][str(p)]["episodes"])
+        assert episodes[1] > episodes[0] > 0, episodes

@@ -70,10 +70,23 @@ def checkpoint_steps(path: str) -> int:
     return int(os.path.splitext(os.path.basename(path))[0].split("_")[2])
 
 
+def copied_across_groups(exp_dir: str) -> bool:
+    """The lineage holds a copy between node groups g0 (p0, p1) and g1 (p2, p3)."""
+    path = os.path.join(exp_dir, "pbt", "lineage.jsonl")
+    if not os.path.isfile(path):
+        return False
+    with open(path) as f:
+        events = [json.loads(line) for line in f if line.endswith("\n")]
+    return any(e["action"] == "replace" and e["source"] // 2 != e["policy"] // 2 for e in events)
+
+
 def kill_group_when_checkpointed(exp_dir, name, out):
-    """Kill node group g1's actor (Ray restarts it) once each of its members has a checkpoint
-    after some training on disk (a member that has not trained yet may have one at 0 env steps:
-    on a busy machine one member can start training well after the other)."""
+    """Kill node group g1's actor (Ray restarts it) once PBT has copied a member between the
+    groups and each of g1's members has a checkpoint after some training on disk (a member
+    that has not trained yet may have one at 0 env steps: on a busy machine one member can
+    start training well after the other). Killed earlier, g1 resumed behind g0, which finished
+    its budget (and stopped: no source any more) before g1 reached a PBT round, and some runs
+    made no copy between the groups."""
     folders = [os.path.join(exp_dir, "groups", "g1", f"checkpoint_p{m}") for m in range(2)]
 
     def trained(folder: str) -> bool:
@@ -82,7 +95,7 @@ def kill_group_when_checkpointed(exp_dir, name, out):
 
     deadline = time.time() + 240
     while time.time() < deadline:
-        if all(trained(f) for f in folders):
+        if copied_across_groups(exp_dir) and all(trained(f) for f in folders):
             time.sleep(2.0)
             # the newest checkpoint of each of g1's members when it dies: env steps in its name
             out["checkpointed"] = [checkpoint_steps(latest_checkpoint(f)) for f in folders]
@@ -835,7 +848,7 @@ def test_ray_address_without_ray_is_one_line_naming_the_extra(tmp_path, monkeypa
     err = capsys.readouterr().err
     assert code == 2
     assert err.count("\n") == 1 and "Traceback" not in err
-    assert "--ray_address=auto needs Ray" in err and '".[ray]"' in err
+    assert "--ray_address=auto needs Ray" in err and '"rl_pbt[ray]"' in err
     assert not os.path.exists(os.path.join(tmp_path, "x"))
 
 

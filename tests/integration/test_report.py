@@ -269,7 +269,7 @@ def test_without_matplotlib_the_import_works_and_the_report_names_the_extra(tmp_
     done = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True)
     assert done.returncode == 2, done.stderr
     err = done.stderr.strip().splitlines()
-    assert len(err) == 1 and 'pip install -e ".[report]"' in err[0], done.stderr
+    assert len(err) == 1 and 'pip install "rl_pbt[report]"' in err[0], done.stderr
     assert not (tmp_path / "syn" / "report").exists()
 
 

@@ -85,7 +85,7 @@ def test_missing_imageio_or_ffmpeg(tmp_path, monkeypatch, capsys):
     monkeypatch.setattr(video, "installed", lambda module: module != "imageio")
     assert match.main(args + ["--save_video"]) == 2
     err = capsys.readouterr().err.strip()
-    assert err.count("\n") == 0 and 'pip install -e ".[video]"' in err
+    assert err.count("\n") == 0 and 'pip install "rl_pbt[video]"' in err
 
 
 def test_fit_frame_scales_small_frames_and_pads_to_blocks():

@@ -118,7 +118,7 @@ def test_missing_wandb_is_a_one_line_error_naming_the_extra(tmp_path, monkeypatc
         PopulationStats(fake_cfg(), str(tmp_path / "exp"), 2)
     message = str(info.value)
     assert "\n" not in message
-    assert "--with_wandb" in message and 'pip install -e ".[wandb]"' in message
+    assert "--with_wandb" in message and 'pip install "rl_pbt[wandb]"' in message
 
 
 def test_without_the_flag_wandb_is_not_imported(tmp_path, monkeypatch):

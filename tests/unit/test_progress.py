@@ -4,6 +4,7 @@ stats/scalars.jsonl and the end-of-run hints."""
 import json
 import math
 import random
+import time
 from types import SimpleNamespace
 
 import pytest
@@ -385,7 +386,8 @@ def test_a_resumed_run_adds_to_the_summary_of_the_runs_before(tmp_path):
     assert p0["episodes"] == 3 and p0["recent_returns"] == [1.0, 3.0, 5.0]
     assert p0["mean_length"] == pytest.approx(40 / 3) and last["frames"] == 600
     rows = [json.loads(line) for line in open(scalars_path(exp_dir))]
-    assert [(r["policy"], r["env_steps"]) for r in rows] == [(0, 400), (1, 400), (0, 600), (1, 400)]
+    # p1 trained nothing since its row at 400: no second row at that step
+    assert [(r["policy"], r["env_steps"]) for r in rows] == [(0, 400), (1, 400), (0, 600)]
 
 
 def test_scalars_jsonl_is_appended_by_a_resumed_run(tmp_path):
@@ -493,3 +495,76 @@ def test_a_pbt_note_in_tensorboard_sits_at_the_members_env_steps(tmp_path):
     stats.pbt_event(SimpleNamespace(policy_id=1, source_id=0, log_line="PBT p1 <- p0"))
     assert texts == [("pbt", "PBT p1 <- p0", 3025)]
     stats.close()
+
+
+def tensorboard_events(folder) -> list:
+    """Every event in a TensorBoard folder's files, in file order (the files are records of a
+    length, its checksum, the serialised Event and its checksum)."""
+    import glob
+    import os
+    import struct
+
+    from tensorboardX.proto.event_pb2 import Event
+
+    events = []
+    for path in sorted(glob.glob(os.path.join(folder, "events.out.tfevents.*"))):
+        with open(path, "rb") as f:
+            data = f.read()
+        at = 0
+        while at < len(data):
+            (length,) = struct.unpack("<Q", data[at : at + 8])
+            event = Event()
+            event.ParseFromString(data[at + 12 : at + 12 + length])
+            events.append(event)
+            at += 12 + length + 4
+    return events
+
+
+def test_a_resumed_run_purges_rows_past_its_checkpoint_and_repeats_no_step(tmp_path):
+    """A run killed whole wrote rows past the checkpoint it resumes from: the resumed run's
+    TensorBoard file tells readers to drop them (a purge at the checkpoint's next step), and
+    the resumed run writes no row before it trains past its restored count (a row at that count
+    repeated the last one, at 0 frames/s)."""
+    from rl_pbt.logging.files import summary_dir
+
+    exp_dir = str(tmp_path / "exp")
+    first = PopulationStats(fake_cfg(), exp_dir, 2)
+    for steps in (100, 200, 300):  # its checkpoint was at 150 when it was killed
+        first.maybe_write_summaries([steps, steps], force=True)
+    first.close()
+    time.sleep(1.1)  # TensorBoard files are named by the second: the resumed run's is another
+
+    resumed = PopulationStats(fake_cfg(), exp_dir, 2)
+    resumed.resumed = True
+    resumed.resumed_from(0, 150)
+    resumed.resumed_from(1, 150)
+    resumed.maybe_write_summaries([150, 150], force=True)  # nothing trained yet: no row
+    resumed.maybe_write_summaries([250, 150], force=True)  # p0 only
+    resumed.close()
+    rows = [json.loads(line) for line in open(scalars_path(exp_dir))]
+    assert [(r["policy"], r["env_steps"]) for r in rows][-1:] == [(0, 250)]
+    assert len(rows) == 7
+    events = tensorboard_events(summary_dir(exp_dir, 0))
+    purges = [e.step for e in events if e.HasField("session_log") and e.session_log.status == 1]
+    assert purges == [151]  # SessionLog.START: readers drop this file's earlier steps >= 151
+    fps = [(e.step, v.simple_value) for e in events for v in e.summary.value if v.tag == "perf/fps"]
+    assert [s for s, _ in fps] == [100, 200, 300, 250]
+    p1 = tensorboard_events(summary_dir(exp_dir, 1))
+    assert [e.step for e in p1 if e.HasField("session_log")] == []  # no row: no new writer
+
+
+def test_a_resumed_run_names_the_last_pbt_decision_of_the_runs_before():
+    stats = PopulationStats(fake_cfg(), "/nonexistent", 2)
+    stats.restore_pbt_last(
+        [
+            {"action": "init", "policy": 0, "source": None, "time": 1.0},
+            {"action": "replace", "policy": 1, "source": 0, "time": 5.0},
+            {"action": "init", "policy": 1, "source": None, "time": 9.0},
+        ]
+    )
+    assert stats.pbt_last == ("p1<-p0", 5.0)
+    text = stats._pbt_text(65.0)
+    assert "p1<-p0" in text and "no events yet" not in text
+    odd = PopulationStats(fake_cfg(), "/nonexistent", 2)
+    odd.restore_pbt_last([{"action": "mutate", "policy": "x", "time": 1.0}])
+    assert odd.pbt_last is None and "no events yet" in odd._pbt_text(2.0)
