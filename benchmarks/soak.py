@@ -200,6 +200,8 @@ def main(argv: Optional[list[str]] = None) -> int:
         restarts = summary.get("worker_restarts")
         frames = summary.get("frames")
         print(f"\nworker restarts {restarts} for {len(faults)} kills; {frames:,} frames in all")
+        if not summary.get("final", True):  # one written during the run, which did not stop
+            print("(summary.json from during the run: the run did not stop cleanly)")
     except (OSError, ValueError):
         print("\nno summary.json: the run did not stop cleanly")
     return 0

@@ -314,8 +314,10 @@ def make_alphabeta(env, seed: Optional[int] = None, depth: int = 2) -> AlphaBeta
 def make_connect_four(**kwargs):
     try:
         from pettingzoo.classic import connect_four_v3
-    except ImportError as e:  # PettingZoo, or pygame that its classic games import
-        missing = e.name or "a package it needs"
+    except ModuleNotFoundError as e:  # PettingZoo, or pygame that its classic games import
+        missing = (e.name or "").split(".")[0]
+        if missing not in ("pettingzoo", "pygame"):
+            raise  # installed but broken, or something else: its own error
         raise ConfigError(
             f"connect four is PettingZoo's connect_four_v3, and {missing} is not installed: "
             f"{install_hint('pettingzoo')}"

@@ -59,11 +59,13 @@ def perturb_value(
 ) -> tuple[Any, str]:
     """Multiply or divide by U[perturb_min, perturb_max]; discount-like values move 1 - x.
 
-    Categoricals step to a neighbouring value of their list. A zero stays zero (a multiplicative
-    move cannot leave it) unless the bounds exclude zero, in which case it is clipped in.
+    Categoricals step to a neighbouring value of their list. A zero has no scale to move by: a
+    bounded one is drawn from its bounds (as a resample), an unbounded one stays zero.
     """
     if spec.kind == "categorical":
         return _categorical_neighbour(spec, value, rng)
+    if value == 0 and not spec.discount_like and spec.bounded:
+        return resample_value(spec, value, rng, settings)
     factor = float(rng.uniform(settings.perturb_min, settings.perturb_max))
     multiply = bool(rng.random() < 0.5)
     scale = factor if multiply else 1.0 / factor

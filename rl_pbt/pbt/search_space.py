@@ -211,7 +211,10 @@ def build_search_space(
                 notes.append(f"{name}={value!r} starts outside its search space; explore clips it")
             space[name] = spec
         elif value == 0:
-            notes.append(f"{name} is 0 (switched off): not tuned unless the search space names it")
+            notes.append(
+                f"{name} is 0 (switched off): not tuned unless the search space names it with "
+                "bounds (a 0 is then drawn from them)"
+            )
         elif name in defaults:
             space[name] = defaults[name].widened_to(float(value))
         else:

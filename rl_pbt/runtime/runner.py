@@ -146,8 +146,10 @@ from rl_pbt.sampling.worker_process import worker_process_main
 
 ELO_SAVE_EVERY_S = 30.0  # elo.json is also written at every stop
 # summary.json too, not only at the stop: a run killed whole (the OOM killer, a lost node)
-# resumes its frames and episodes from it instead of counting from 0
-SUMMARY_SAVE_EVERY_S = 30.0
+# resumes its frames and episodes from it instead of counting from 0. It is rewritten when a
+# newer checkpoint is found (looked for every SUMMARY_CHECK_EVERY_S), so that it goes with the
+# checkpoints a resume loads
+SUMMARY_CHECK_EVERY_S = 2.0
 RATINGS_EVERY_S = 1.0  # Elo matchmaking: newest ratings to the workers at most this often
 
 
@@ -571,7 +573,7 @@ class Runner:
         self.env_steps = [0] * cfg.num_policies
         self.versions = [0] * cfg.num_policies
         self.pbt = self._make_pbt()
-        if self.resuming:
+        if self.resuming and self.pbt is not None:
             self.stats.restore_pbt_last(read_events(lineage_path(self.exp_dir)))
         # PBT's objective: each episode's target (or Elo), or only games against snapshots
         target = cfg.pbt_target_objective
@@ -591,7 +593,8 @@ class Runner:
         if self.num_agents > 1:
             self.stats.elo = self.elo  # each member's rating joins its logged scalars
         self._elo_saved_at = time.time()
-        self._summary_saved_at = time.time()
+        self._summary_checked_at = time.time()
+        self._summary_kept: Optional[list[int]] = None  # the checkpoints' steps it was written with
         self._summary_failed = False
         if self.pbt is not None and target == "elo":  # the best member is PBT's best
             self.stats.rank_by("elo", self._ratings)
@@ -1711,17 +1714,21 @@ class Runner:
             self._save_elo()
 
     def _maybe_save_summary(self) -> None:
-        """summary.json every SUMMARY_SAVE_EVERY_S during the run (the stop writes it too); a
-        write that fails is named once, and tried again at the next period."""
-        if time.time() - self._summary_saved_at < SUMMARY_SAVE_EVERY_S:
+        """summary.json during the run, each time a policy has a newer checkpoint (the stop
+        writes it too); a write that fails is named once, and tried again at the next one."""
+        if time.time() - self._summary_checked_at < SUMMARY_CHECK_EVERY_S:
             return
-        self._summary_saved_at = time.time()
+        self._summary_checked_at = time.time()
+        kept = self._kept_steps()
+        if kept == self._summary_kept:
+            return
+        self._summary_kept = kept
         try:
-            self._write_summary(final=False)
+            self._write_summary(final=False, kept=kept)
         except OSError as e:
             if not self._summary_failed:
-                log(f"could not write summary.json: {e.strerror or e} (tried again every "
-                    f"{SUMMARY_SAVE_EVERY_S:.0f} s and at the stop)")  # fmt: skip
+                log(f"could not write summary.json: {e.strerror or e} (tried again at the "
+                    "next checkpoint and at the stop)")  # fmt: skip
             self._summary_failed = True
 
     def _save_elo(self) -> None:
@@ -1751,8 +1758,10 @@ class Runner:
         )
         self.side_state_failed = not all(written)  # the end's text says so
 
-    def _write_summary(self, final: bool = True) -> None:
-        summary = self.stats.summary(self._kept_steps(), final)  # what a resume starts from
+    def _write_summary(self, final: bool = True, kept: Optional[list[int]] = None) -> None:
+        # what a resume starts from: the steps of the checkpoints it loads
+        summary = self.stats.summary(self._kept_steps() if kept is None else kept, final)
+        summary["final"] = final  # else written during the run (one killed whole leaves it)
         summary["seed"] = self.run_seed  # drawn when --seed was not given: --seed repeats it
         summary["worker_restarts"] = self.worker_restarts
         summary["pbt_copy_latency_s"] = [

@@ -381,28 +381,35 @@ def test_a_failed_side_write_at_the_stop_leaves_the_others(tmp_path, monkeypatch
 
 
 def test_a_run_killed_before_its_stop_resumes_its_frames_and_episodes(tmp_path, monkeypatch):
-    """summary.json is written during the run, not only at the stop: a run killed whole (here
-    its stop writes nothing but the checkpoints, as after a SIGKILL of the main process once
-    the learners saved) resumes its frames and episodes from it instead of counting from 0."""
+    """summary.json is written during the run whenever a newer checkpoint is found, not only
+    at the stop: a run killed whole (here its stop writes nothing but the checkpoints, as after
+    a SIGKILL of the main process once the learners saved) resumes its frames and episodes from
+    it instead of counting from 0."""
     from rl_pbt import train
     from rl_pbt.runtime import runner as runner_module
     from tests.small_run import SERIAL_CARTPOLE
 
-    argv = [*SERIAL_CARTPOLE, f"--train_dir={tmp_path}", "--experiment=e", "--seed=1"]
-    monkeypatch.setattr(runner_module, "SUMMARY_SAVE_EVERY_S", 0.0)
+    argv = [*SERIAL_CARTPOLE, f"--train_dir={tmp_path}", "--experiment=e", "--seed=1",
+            "--save_every_sec=1"]  # fmt: skip
+    monkeypatch.setattr(runner_module, "SUMMARY_CHECK_EVERY_S", 0.0)
     with monkeypatch.context() as killed:
         killed.setattr(runner_module.Runner, "_save_side_state", lambda self: None)
-        train(parse_cfg([*argv, "--train_for_env_steps=2000"]))
-    path = os.path.join(tmp_path, "e", "summary.json")
-    assert os.path.isfile(path)
+        train(parse_cfg([*argv, "--train_for_env_steps=6000"]))
+    exp = os.path.join(tmp_path, "e")
+    path = os.path.join(exp, "summary.json")
     with open(path) as f:
         before = json.load(f)
-    assert before["frames"] > 0 and before["policies"]["0"]["episodes"] > 0
-    assert train(parse_cfg([*argv, "--train_for_env_steps=4000"])) == 0
+    assert before["final"] is False  # written during the run
+    newest = [load_latest_checkpoint(os.path.join(exp, f"checkpoint_p{p}")) for p in range(2)]
+    kept = [before["policies"][str(p)]["env_steps"] for p in range(2)]
+    assert all(0 < k <= state["env_steps"] for k, (_, state) in zip(kept, newest)), kept
+    assert before["frames"] >= sum(kept) and before["policies"]["0"]["episodes"] > 0
+    assert train(parse_cfg([*argv, "--train_for_env_steps=9000"])) == 0
     with open(path) as f:
         after = json.load(f)
     steps = [after["policies"][str(p)]["env_steps"] for p in range(2)]
-    assert min(steps) >= 4000 and after["frames"] >= sum(steps)
+    assert min(steps) >= 9000 and after["final"] is True
+    assert after["frames"] > before["frames"] + 3000
     for p in range(2):
         episodes = (before["policies"][str(p)]["episodes"], after["policies"][str(p)]["episodes"])
         assert episodes[1] > episodes[0] > 0, episodes

@@ -141,13 +141,22 @@ def test_bounded_reward_weight_resamples_on_its_side():
     assert all(0 < v <= 1.0 for v in values)
 
 
-def test_zero_weight_stays_zero_unless_bounds_exclude_it():
+def test_zero_weight_stays_zero_unless_bounded():
+    """A multiplicative move cannot leave 0: an unbounded 0 stays (no prior to draw from); a
+    bounded one is drawn from its bounds, else a weight named in the search space at 0 (as the
+    log tells a user to do with a switched-off term) never moved."""
     rng = np.random.default_rng(0)
     spec = ParamSpec("rew.x", "float", keep_sign=True)
     assert all(perturb_value(spec, 0.0, rng, ALWAYS)[0] == 0.0 for _ in range(50))
     assert all(resample_value(spec, 0.0, rng, ALWAYS)[0] == 0.0 for _ in range(50))
     bounded = ParamSpec("rew.x", "float", 0.1, 1.0, keep_sign=True)
-    assert perturb_value(bounded, 0.0, rng, ALWAYS)[0] == 0.1
+    drawn = [perturb_value(bounded, 0.0, rng, ALWAYS) for _ in range(200)]
+    assert all(0.1 <= v <= 1.0 and how == "resample" for v, how in drawn)
+    both_sides = ParamSpec("rew.x", "float", -1.0, 1.0, keep_sign=True)
+    values = [perturb_value(both_sides, 0.0, rng, ALWAYS)[0] for _ in range(200)]
+    assert min(values) < -0.5 and max(values) > 0.5
+    # once off zero, a weight keeps its sign under perturbation, as any other
+    assert all(perturb_value(both_sides, 0.3, rng, ALWAYS)[0] > 0 for _ in range(100))
 
 
 # ---------------------------------------------------------------- int and categorical
