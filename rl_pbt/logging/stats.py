@@ -156,9 +156,17 @@ class PopulationStats:
 
     def resumed_from(self, p: int, env_steps: int) -> None:
         """Policy p's learner loaded a checkpoint of `env_steps`: p's next row comes once it has
-        trained past them, and its curves go on from there (see `_writer`)."""
+        trained past them, and its curves go on from there (see `_writer`). Steps the checkpoint
+        holds beyond those summary.json recorded (its learner saved after the summary was
+        written: a run killed whole) were sampled too: their frames join the count, which
+        would else end below the steps trained."""
         self.resume_step[p] = env_steps
         self.row_step[p] = max(self.row_step.get(p, 0), env_steps)
+        unrecorded = env_steps - self.steps_before[p]
+        if unrecorded > 0:
+            self.frames_total += unrecorded * int(getattr(self.cfg, "env_frameskip", 1) or 1)
+            self.steps_before[p] = env_steps
+            self.fps_window = collections.deque([(time.time(), self.frames_total)], maxlen=64)
 
     def restore_pbt_last(self, events: list[dict]) -> None:
         """A resumed run: the PBT line names the last decision in the lineage of the runs

@@ -568,3 +568,19 @@ def test_a_resumed_run_names_the_last_pbt_decision_of_the_runs_before():
     odd = PopulationStats(fake_cfg(), "/nonexistent", 2)
     odd.restore_pbt_last([{"action": "mutate", "policy": "x", "time": 1.0}])
     assert odd.pbt_last is None and "no events yet" in odd._pbt_text(2.0)
+
+
+def test_steps_a_checkpoint_holds_past_the_summary_count_as_frames(tmp_path):
+    """A run killed whole: its learners saved after summary.json was last written. The steps
+    between join the frames (they were sampled), else the resumed run ended with fewer frames
+    than env steps trained; a checkpoint older than the summary takes nothing away."""
+    stats = PopulationStats(fake_cfg(env_frameskip=2), str(tmp_path / "exp"), 2)
+    stats.restore({"frames": 2000, "policies": {"0": {"env_steps": 400}, "1": {"env_steps": 400}}})
+    stats.resumed_from(0, 500)
+    stats.resumed_from(1, 300)
+    assert stats.frames_total == 2000 + 100 * 2
+    assert stats.fps() == 0.0  # the added frames are no rate
+    fresh = PopulationStats(fake_cfg(), str(tmp_path / "other"), 2)  # no summary.json at all
+    fresh.resumed = True
+    fresh.resumed_from(0, 700)
+    assert fresh.frames_total == 700
