@@ -85,6 +85,24 @@ class NonFiniteTraining(RuntimeError):
     policy, what was non-finite and what to check."""
 
 
+def replayed_from_stale(stale: torch.Tensor, dones: torch.Tensor, rec: int) -> torch.Tensor:
+    """[n, T] bool: steps whose recurrent state the learner rebuilds through a `stale` step of
+    their sequence (the step itself included). The learner replays each sequence (a chunk of
+    `rec` steps, cut after an episode's end) from its stored first state with its current
+    weights, so a step that comes after one acted with weights too old (before a PBT copy)
+    sees another state than its actor did: it is as stale as that step."""
+    n, t = stale.shape
+    stale_c = stale.reshape(n, t // rec, rec)
+    dones_c = dones.reshape(n, t // rec, rec) != 0
+    out = torch.empty_like(stale_c)
+    carried = torch.zeros_like(stale_c[:, :, 0])
+    for i in range(rec):
+        carried = carried | stale_c[:, :, i]
+        out[:, :, i] = carried
+        carried = carried & ~dones_c[:, :, i]  # the next step starts a new episode's state
+    return out.reshape(n, t)
+
+
 def all_finite(tensors: list[torch.Tensor]) -> torch.Tensor:
     """One boolean on the tensors' device: every element of every tensor is finite. Nothing
     is read back to the host."""
@@ -360,7 +378,10 @@ class Learner:
         valid = batch["valid"]
         own = valid & (batch["policy_id"] == self.policy_id)
         lag = self.version - batch["policy_version"]
-        mask = own & (lag <= min(cfg.max_policy_lag, torch.iinfo(lag.dtype).max))
+        fresh = lag <= min(cfg.max_policy_lag, torch.iinfo(lag.dtype).max)
+        if self.rec > 1:  # a recurrent state rebuilt through a stale step is stale too
+            fresh = fresh & ~replayed_from_stale(valid & ~fresh, dones, self.rec)
+        mask = own & fresh
         n = actions.shape[0]
         order, plans, full_plan = self._minibatch_plan(n, staged.host["dones"])
 

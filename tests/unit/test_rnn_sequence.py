@@ -132,3 +132,36 @@ def test_sequence_plan_by_hand():
     assert plan.h0_from.tolist() == [2, 1, 0, 2]  # 2 = the zero row after the two chunks
     with pytest.raises(ValueError, match="multiple of the recurrence"):
         sequence_plan(np.zeros((1, 5)), 2)
+
+
+def reference_replayed_from_stale(stale: np.ndarray, dones: np.ndarray, rec: int) -> np.ndarray:
+    """Step by step: a step is stale when a stale step precedes it (or is it) in its sequence,
+    the steps from a chunk's start (every `rec`) or from after an episode's end."""
+    out = np.zeros_like(stale)
+    for row in range(stale.shape[0]):
+        carried = False
+        for s in range(stale.shape[1]):
+            if s % rec == 0 or (s > 0 and dones[row, s - 1]):
+                carried = False
+            carried = carried or bool(stale[row, s])
+            out[row, s] = carried
+    return out
+
+
+def test_steps_replayed_through_a_stale_step_are_stale():
+    """An RNN learner rebuilds each sequence's states from its first stored state with its own
+    weights: after a PBT copy, a step later in a chunk that began before the copy sees another
+    state than its actor did, and must not train as if on-policy."""
+    from rl_pbt.learning.learner import replayed_from_stale
+
+    stale = torch.tensor([[0, 1, 0, 0, 0, 0, 1, 0]], dtype=torch.bool)
+    dones = torch.tensor([[0, 0, 1, 0, 0, 0, 0, 0]])
+    out = replayed_from_stale(stale, dones, 4)
+    # chunk 1: steps 1-2 (the episode ends at 2); chunk 2: from step 6 to its end
+    assert out.int().tolist() == [[0, 1, 1, 0, 0, 0, 1, 1]]
+    rng = np.random.default_rng(0)
+    for rec in (1, 2, 4, 8):
+        stale = rng.random((6, 16)) < 0.1
+        dones = rng.random((6, 16)) < 0.15
+        got = replayed_from_stale(torch.from_numpy(stale), torch.from_numpy(dones), rec)
+        assert np.array_equal(got.numpy(), reference_replayed_from_stale(stale, dones, rec))
