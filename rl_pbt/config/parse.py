@@ -15,6 +15,7 @@ import json
 import math
 import os
 import re
+import shlex
 import sys
 import textwrap
 from pathlib import Path
@@ -426,6 +427,8 @@ def parse_cfg(
     """
     from rl_pbt.envs.registry import env_default_overrides, env_extra_flags  # avoid cycle
 
+    if isinstance(argv, str):  # "--env=X --seed=1", as typed on a command line
+        argv = shlex.split(argv)
     argv = sys.argv[1:] if argv is None else list(argv)
     extra_flags = list(extra_flags)
     topic = help_request(argv)

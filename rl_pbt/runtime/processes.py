@@ -97,13 +97,26 @@ def check_picklable_registry(registry: dict[str, EnvEntry], env_name: str, metho
     for what, fn in factories:
         if fn is None:
             continue
-        if _under_main_guard(fn):
+        where = _main_definition(fn)
+        if where == "guard":
             raise ConfigError(
                 f"--env={env_name}: its {what} {fn.__qualname__!r} is defined under "
                 '`if __name__ == "__main__":` in your script, and children started with '
                 f"--mp_start_method={method} import the script without running that block; "
                 "define it at the script's top level, or use "
                 "--mp_start_method=fork (CPU only)"
+            )
+        if where in ("interactive", "elsewhere"):
+            how = (
+                "interactively (a notebook cell, python -c, an exec)"
+                if where == "interactive"
+                else "in your script, but not at its top level"
+            )
+            raise ConfigError(
+                f"--env={env_name}: its {what} {fn.__qualname__!r} is defined {how}, and "
+                f"children started with --mp_start_method={method} import the main module "
+                "afresh, where it does not exist; put it in a .py module (at its top level) "
+                "and import it, or use --mp_start_method=fork (CPU only)"
             )
         try:
             pickle.dumps(fn)
@@ -116,29 +129,57 @@ def check_picklable_registry(registry: dict[str, EnvEntry], env_name: str, metho
             ) from e
 
 
-def _under_main_guard(fn: Any) -> bool:
-    """Whether `fn` comes from the script being run (`__main__`) and is defined inside its
-    `if __name__ == "__main__":` block, which spawn and forkserver children do not run (they
-    fail to unpickle it, each with a traceback of its own)."""
+def _main_definition(fn: Any) -> Optional[str]:
+    """Where `fn`, from the module being run (`__main__`), is defined, when spawn and
+    forkserver children (which import that module afresh, without its main block) cannot
+    define it too: "guard" (inside `if __name__ == "__main__":`), "interactive" (a notebook
+    cell, `python -c`: the module has no file), "elsewhere" (the file binds no such name at
+    its top level: an `exec`, a name made in a function). None otherwise (not from
+    `__main__`, bound at the file's top level, or a file that does not parse: pickling then
+    decides). Each such child would fail with a traceback of its own."""
+    if getattr(fn, "__module__", None) != "__main__":
+        return None
     main = sys.modules.get("__main__")
     path = getattr(main, "__file__", None)
-    if getattr(fn, "__module__", None) != "__main__" or not path:
-        return False
+    if not path:
+        return "interactive"
     name = getattr(fn, "__qualname__", "").split(".")[0]
     try:
         with open(path, encoding="utf-8") as f:
             tree = ast.parse(f.read())
     except (OSError, SyntaxError, ValueError):
-        return False
+        return None
+    if name in _top_level_names(tree.body):
+        return None  # the children bind it too
     defined = (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)
-    for node in tree.body:
-        if isinstance(node, defined) and node.name == name:
-            return False  # at the top level: the children define it too
     for node in tree.body:
         if isinstance(node, ast.If) and _is_main_test(node.test):
             if any(isinstance(n, defined) and n.name == name for n in ast.walk(node)):
-                return True
-    return False
+                return "guard"
+    return "elsewhere"
+
+
+def _top_level_names(body: list) -> set[str]:
+    """Names a module binds when imported: its top-level defs, classes, assignments and
+    imports, also inside top-level if/try/with/for blocks (not the main block)."""
+    names: set[str] = set()
+    for node in body:
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            names.add(node.name)
+        elif isinstance(node, (ast.Assign, ast.AnnAssign, ast.AugAssign)):
+            targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+            for target in targets:
+                names.update(n.id for n in ast.walk(target) if isinstance(n, ast.Name))
+        elif isinstance(node, (ast.Import, ast.ImportFrom)):
+            names.update((a.asname or a.name).split(".")[0] for a in node.names)
+        elif isinstance(node, ast.If) and _is_main_test(node.test):
+            continue
+        elif isinstance(node, (ast.If, ast.Try, ast.With, ast.For, ast.While)):
+            inner = [getattr(node, k, []) for k in ("body", "orelse", "finalbody")]
+            inner += [h.body for h in getattr(node, "handlers", [])]
+            for block in inner:
+                names |= _top_level_names(block)
+    return names
 
 
 def _is_main_test(test: ast.expr) -> bool:

@@ -835,6 +835,11 @@ class Runner:
         # from the start line on, a signal stops the run as it would later: noted, and taken
         # between two turns of the loop (the start-up's children are started first)
         self.stop_signals.install()
+        if threading.current_thread() is not threading.main_thread() and self.control is None:
+            log(
+                "train() runs outside the main thread: Ctrl-C and SIGTERM do not reach it, and "
+                "it stops at its budget (--train_for_env_steps / --train_for_seconds)"
+            )
         try:
             return self._run()
         finally:
