@@ -98,9 +98,10 @@ def check_picklable_registry(registry: dict[str, EnvEntry], env_name: str, metho
         if fn is None:
             continue
         where = _main_definition(fn)
+        shown = _qualname(fn)
         if where == "guard":
             raise ConfigError(
-                f"--env={env_name}: its {what} {fn.__qualname__!r} is defined under "
+                f"--env={env_name}: its {what} {shown!r} is defined under "
                 '`if __name__ == "__main__":` in your script, and children started with '
                 f"--mp_start_method={method} import the script without running that block; "
                 "define it at the script's top level, or use "
@@ -113,7 +114,7 @@ def check_picklable_registry(registry: dict[str, EnvEntry], env_name: str, metho
                 else "in your script, but not at its top level"
             )
             raise ConfigError(
-                f"--env={env_name}: its {what} {fn.__qualname__!r} is defined {how}, and "
+                f"--env={env_name}: its {what} {shown!r} is defined {how}, and "
                 f"children started with --mp_start_method={method} import the main module "
                 "afresh, where it does not exist; put it in a .py module (at its top level) "
                 "and import it, or use --mp_start_method=fork (CPU only)"
@@ -143,7 +144,7 @@ def _main_definition(fn: Any) -> Optional[str]:
     path = getattr(main, "__file__", None)
     if not path:
         return "interactive"
-    name = getattr(fn, "__qualname__", "").split(".")[0]
+    name = _qualname(fn).split(".")[0]
     try:
         with open(path, encoding="utf-8") as f:
             tree = ast.parse(f.read())
@@ -157,6 +158,11 @@ def _main_definition(fn: Any) -> Optional[str]:
             if any(isinstance(n, defined) and n.name == name for n in ast.walk(node)):
                 return "guard"
     return "elsewhere"
+
+
+def _qualname(fn: Any) -> str:
+    """A function's or class's qualified name; a callable object's class's."""
+    return getattr(fn, "__qualname__", None) or type(fn).__qualname__
 
 
 def _top_level_names(body: list) -> set[str]:
