@@ -31,6 +31,8 @@ def train(cfg: Cfg) -> int:
         from rl_pbt.runtime.runner import run
 
     states = (random.getstate(), np.random.get_state(), torch.get_rng_state())
+    # CUDA's generators only where the caller has started CUDA (never started here for it)
+    cuda = torch.cuda.get_rng_state_all() if torch.cuda.is_initialized() else None
     printing = np.get_printoptions()
     try:
         return run(cfg)
@@ -38,6 +40,8 @@ def train(cfg: Cfg) -> int:
         random.setstate(states[0])
         np.random.set_state(states[1])
         torch.set_rng_state(states[2])
+        if cuda is not None:
+            torch.cuda.set_rng_state_all(cuda)
         np.set_printoptions(**printing)
 
 

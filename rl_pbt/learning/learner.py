@@ -273,11 +273,18 @@ class Learner:
 
     def _trainable(self, idx: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """For the slots `idx`: (own, trainable) sample masks; own samples were produced by
-        this policy, trainable ones also lie within `max_policy_lag` of its version."""
+        this policy, trainable ones also lie within `max_policy_lag` of its version (and, for
+        a recurrent policy, are not replayed through a step that does not: the mask the
+        update uses, so that a slot kept for training has something to train on)."""
         b = self.buffers
-        own = b.valid.index_select(0, idx) & (b.policy_id.index_select(0, idx) == self.policy_id)
+        valid = b.valid.index_select(0, idx)
+        own = valid & (b.policy_id.index_select(0, idx) == self.policy_id)
         lag = self.version - b.policy_version.index_select(0, idx)
-        return own, own & (lag <= self.cfg.max_policy_lag)
+        fresh = lag <= self.cfg.max_policy_lag
+        if self.rec > 1:
+            dones = b.dones.index_select(0, idx)
+            fresh = fresh & ~replayed_from_stale(valid & ~fresh, dones, self.rec)
+        return own, own & fresh
 
     def ready(self) -> bool:
         return self.next_batch is not None or len(self.pending) >= self.traj_per_iteration

@@ -162,9 +162,9 @@ class PopulationStats:
         would else end below the steps trained."""
         self.resume_step[p] = env_steps
         self.row_step[p] = max(self.row_step.get(p, 0), env_steps)
-        unrecorded = env_steps - self.steps_before[p]
+        unrecorded = env_steps - self.steps_before[p]  # env steps count frames (x frameskip)
         if unrecorded > 0:
-            self.frames_total += unrecorded * int(getattr(self.cfg, "env_frameskip", 1) or 1)
+            self.frames_total += unrecorded
             self.steps_before[p] = env_steps
             self.fps_window = collections.deque([(time.time(), self.frames_total)], maxlen=64)
 

@@ -138,8 +138,8 @@ def _main_definition(fn: Any) -> Optional[str]:
     its top level: an `exec`, a name made in a function). None otherwise (not from
     `__main__`, bound at the file's top level, or a file that does not parse: pickling then
     decides). Each such child would fail with a traceback of its own."""
-    if getattr(fn, "__module__", None) != "__main__":
-        return None
+    if getattr(fn, "__module__", None) != "__main__" or "<" in _qualname(fn):
+        return None  # a lambda or a nested function: pickling names it
     main = sys.modules.get("__main__")
     path = getattr(main, "__file__", None)
     if not path:

@@ -3,6 +3,7 @@ own new hyperparameters; experience from before the copy is masked out."""
 
 import time
 
+import pytest
 import torch
 
 from rl_pbt import parse_cfg
@@ -234,3 +235,43 @@ def test_pbt_counts_only_episodes_of_the_copied_weights(tmp_path):
     assert (runner.elo.rating(1), runner.elo.rating(0)) == (1500.0, 1500.0)
     game(landed)
     assert runner.elo.rating(1) > 1500.0 > runner.elo.rating(0)
+
+
+@pytest.mark.parametrize("offset", [3, 7])
+def test_a_recurrent_learner_after_a_copy_never_updates_on_nothing(tmp_path, offset):
+    """A recurrent learner leaves out steps it replays through a step past --max_policy_lag
+    (a chunk begun before a PBT copy). The slots it keeps for training must be judged by that
+    same mask: kept by the lag alone, a slot could leave nothing to train on, and the update
+    moved the copied weights on Adam's momentum alone."""
+    from rl_pbt.learning.learner import replayed_from_stale
+
+    cfg, runner, learners, host, worker = _serial_setup(
+        tmp_path, "--use_rnn=True", "--rnn_size=16", "--num_batches_per_epoch=1",
+        "--num_epochs=1", "--rollout=16", "--batch_size=16", "--num_envs_per_worker=1",
+    )  # fmt: skip
+    for _ in range(150 + offset):  # the trajectories in flight at the copy straddle it
+        worker.step()
+        host.poll(timeout=0.0)
+    src, dst = learners[0], learners[1]
+    host.handle(ExportState(0, ApplyPBT(1, 0, dict(src.hp), decided_at=time.time())))
+    for msg in drain(runner.learner_queues[1]):
+        host.handle(msg)
+    trained = []
+    update = dst._update
+
+    def counting(staged):
+        batch = staged.device
+        valid = batch["valid"]
+        fresh = dst.version - batch["policy_version"] <= cfg.max_policy_lag
+        fresh = fresh & ~replayed_from_stale(valid & ~fresh, batch["dones"], dst.rec)
+        trained.append(int((fresh & valid & (batch["policy_id"] == 1)).sum()))
+        return update(staged)
+
+    dst._update = counting
+    for _ in range(400):
+        worker.step()
+        host.poll(timeout=0.0)
+        if dst.copied_at is None:  # the first update with trained samples has happened
+            break
+    runner.run_lock.release()
+    assert dst.copied_at is None and trained and min(trained) > 0, trained

@@ -574,11 +574,11 @@ def test_steps_a_checkpoint_holds_past_the_summary_count_as_frames(tmp_path):
     """A run killed whole: its learners saved after summary.json was last written. The steps
     between join the frames (they were sampled), else the resumed run ended with fewer frames
     than env steps trained; a checkpoint older than the summary takes nothing away."""
-    stats = PopulationStats(fake_cfg(env_frameskip=2), str(tmp_path / "exp"), 2)
+    stats = PopulationStats(fake_cfg(env_frameskip=4), str(tmp_path / "exp"), 2)
     stats.restore({"frames": 2000, "policies": {"0": {"env_steps": 400}, "1": {"env_steps": 400}}})
     stats.resumed_from(0, 500)
     stats.resumed_from(1, 300)
-    assert stats.frames_total == 2000 + 100 * 2
+    assert stats.frames_total == 2000 + 100  # env steps count frames already (x frameskip)
     assert stats.fps() == 0.0  # the added frames are no rate
     fresh = PopulationStats(fake_cfg(), str(tmp_path / "other"), 2)  # no summary.json at all
     fresh.resumed = True

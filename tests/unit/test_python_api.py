@@ -57,6 +57,7 @@ def test_where_a_main_module_factory_is_defined(tmp_path, monkeypatch):
     assert _main_definition(from_main("inner")) == "elsewhere"  # not bound at the top level
     assert _main_definition(from_main("from_an_exec")) == "elsewhere"
     assert _main_definition(top_of_another_module) is None
+    assert _main_definition(from_main("<lambda>")) is None  # pickling says "not a lambda"
     Factory = type("Factory", (), {"__module__": "__main__", "__call__": lambda self: None})
     assert _main_definition(Factory()) == "elsewhere"  # a callable object: its class's name
     Top = type("top", (), {"__module__": "__main__", "__call__": lambda self: None})
