@@ -280,11 +280,16 @@ class Learner:
         valid = b.valid.index_select(0, idx)
         own = valid & (b.policy_id.index_select(0, idx) == self.policy_id)
         lag = self.version - b.policy_version.index_select(0, idx)
-        fresh = lag <= self.cfg.max_policy_lag
+        return own, own & self._fresh(lag, valid, b.dones.index_select(0, idx))
+
+    def _fresh(self, lag: torch.Tensor, valid: torch.Tensor, dones: torch.Tensor):
+        """Samples acted within `max_policy_lag` of this version, and for a recurrent policy
+        not replayed through a step that was not (`replayed_from_stale`): what an update
+        trains on, of its own samples."""
+        fresh = lag <= min(self.cfg.max_policy_lag, torch.iinfo(lag.dtype).max)
         if self.rec > 1:
-            dones = b.dones.index_select(0, idx)
             fresh = fresh & ~replayed_from_stale(valid & ~fresh, dones, self.rec)
-        return own, own & fresh
+        return fresh
 
     def ready(self) -> bool:
         return self.next_batch is not None or len(self.pending) >= self.traj_per_iteration
@@ -385,10 +390,7 @@ class Learner:
         valid = batch["valid"]
         own = valid & (batch["policy_id"] == self.policy_id)
         lag = self.version - batch["policy_version"]
-        fresh = lag <= min(cfg.max_policy_lag, torch.iinfo(lag.dtype).max)
-        if self.rec > 1:  # a recurrent state rebuilt through a stale step is stale too
-            fresh = fresh & ~replayed_from_stale(valid & ~fresh, dones, self.rec)
-        mask = own & fresh
+        mask = own & self._fresh(lag, valid, dones)
         n = actions.shape[0]
         order, plans, full_plan = self._minibatch_plan(n, staged.host["dones"])
 
