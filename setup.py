@@ -52,6 +52,7 @@ setup(
             "rl-pbt-match=launch.match:cli",
             "rl-pbt-report=launch.report:cli",
             "rl-pbt-replay=launch.replay:cli",
+            "rl-pbt-sweep=launch.sweep:cli",
         ]
     },
 )

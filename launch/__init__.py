@@ -1,4 +1,4 @@
-"""Entry points: train, enjoy, match, replay, report."""
+"""Entry points: train, enjoy, match, replay, report, sweep."""
 
 from __future__ import annotations
 

@@ -27,7 +27,7 @@ class RunLock:
         self.experiment = experiment
         self.fd: Optional[int] = None
 
-    def _holder(self) -> str:
+    def holder(self) -> str:
         try:
             with open(self.path) as f:
                 text = f.read().strip()
@@ -38,7 +38,7 @@ class RunLock:
     def _conflict(self) -> ConfigError:
         return ConfigError(
             f"--experiment={self.experiment}: another run is using this experiment folder "
-            f"({self._holder()}; lock {self.path}); stop it first or choose another --experiment"
+            f"({self.holder()}; lock {self.path}); stop it first or choose another --experiment"
         )
 
     def acquire(self) -> None:

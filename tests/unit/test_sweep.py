@@ -1,0 +1,172 @@
+"""rl-pbt-sweep's plan: the grid, the runs' names and flags, the GPU slots, the ranking, and bad
+input refused in one line before anything starts."""
+
+import json
+import os
+import re
+
+import pytest
+
+from launch import sweep
+from launch.sweep import (
+    SweepError,
+    eta,
+    expand,
+    gpu_slots,
+    log_share,
+    parse_grid,
+    plan,
+    ranking,
+    result_of,
+    run_name,
+    value_tokens,
+    without_flag,
+)
+
+
+def test_grid_expands_to_every_combination_first_flag_slowest():
+    grid = parse_grid(["learning_rate=1e-4, 3e-4", "--seed=1,2,3"])
+    assert grid == {"learning_rate": ["1e-4", "3e-4"], "seed": ["1", "2", "3"]}
+    combos = expand(grid)
+    assert len(combos) == 6
+    assert combos[0] == {"learning_rate": "1e-4", "seed": "1"}
+    assert combos[2] == {"learning_rate": "1e-4", "seed": "3"}
+    assert combos[3] == {"learning_rate": "3e-4", "seed": "1"}
+    assert expand({}) == [{}]
+
+
+@pytest.mark.parametrize(
+    "spec, words",
+    [
+        ("learning_rate", "FLAG=VALUE"),
+        ("=1,2", "FLAG=VALUE"),
+        ("seed=1,,2", "empty value"),
+        ("seed=1,2,1", "1 given twice"),
+        ("experiment=a,b", "names each run's --experiment"),
+        ("train_dir=a,b", "names each run's --train_dir"),
+    ],
+)
+def test_bad_grid_specs_are_named(spec, words):
+    with pytest.raises(SweepError, match=words) as e:
+        parse_grid([spec])
+    assert repr(spec) in str(e.value)
+
+
+def test_a_flag_given_twice_in_the_grid_is_refused():
+    with pytest.raises(SweepError, match="--seed is in the grid twice"):
+        parse_grid(["seed=1", "seed=2"])
+
+
+def test_run_names_are_plain_folder_names_and_stay_apart():
+    assert run_name({"learning_rate": "3e-4", "seed": "2"}) == "learning_rate_3e-4__seed_2"
+    assert run_name({}) == "run"
+    assert run_name({"encoder_mlp_layers": "64 64"}) == "encoder_mlp_layers_64-64"
+    assert run_name({"preset": "../x/y"}) == "preset_..-x-y"
+    long_a = run_name({"f": "a" * 300 + "1"})
+    long_b = run_name({"f": "a" * 300 + "2"})
+    assert len(long_a.encode()) <= sweep.NAME_BYTES and long_a != long_b
+    runs = plan("s", "root", [], {"preset": ["a b", "a/b"]})
+    assert [r.name for r in runs] == ["preset_a-b", "preset_a-b_"]
+
+
+def test_each_run_gets_the_base_flags_its_values_and_its_own_folder():
+    base = ["--env=CartPole-v1", "--train_dir", "old", "--seed=7"]
+    runs = plan("lr", "/tmp/td", base, {"learning_rate": ["1e-4"], "encoder_mlp_layers": ["8 8"]})
+    (run,) = runs
+    assert run.argv == [
+        "--env=CartPole-v1",
+        "--seed=7",
+        "--learning_rate=1e-4",
+        "--encoder_mlp_layers",
+        "8",
+        "8",
+        "--train_dir=/tmp/td/lr",
+        "--experiment=learning_rate_1e-4__encoder_mlp_layers_8-8",
+    ]
+    assert value_tokens("seed", "3") == ["--seed=3"]
+    assert without_flag(["--a=1", "--train_dir", "x", "--b"], "train_dir") == ["--a=1", "--b"]
+
+
+def test_gpu_slots_spread_runs_over_the_gpus_before_sharing_one():
+    assert gpu_slots([0, 1], 1, 1) == ["0", "1"]
+    assert gpu_slots([0, 1], 1, 2) == ["0", "1", "0", "1"]
+    assert gpu_slots([0, 1, 2, 3, 4], 2, 1) == ["0,1", "2,3"]  # GPU 4 alone is too few
+    assert gpu_slots([], 1, 1) == []
+
+
+def test_runs_rank_by_objective_and_eta_comes_from_finished_runs(tmp_path):
+    rows = [
+        {"name": "a", "objective": 0.2},
+        {"name": "b", "objective": None},
+        {"name": "c", "objective": 0.9},
+    ]
+    assert [r["name"] for r in ranking(rows)] == ["c", "a", "b"]
+    assert eta([], [5.0], 3, 2) is None
+    # mean 100 s: 2 waiting runs and one half done, over 2 slots
+    assert eta([80.0, 120.0], [50.0], 2, 2) == pytest.approx((200 + 50) / 2)
+    exp = tmp_path / "e"
+    exp.mkdir()
+    assert result_of(str(exp)) == {}
+    policies = {"0": {"env_steps": 900, "mean_objective": 0.3},
+                "1": {"env_steps": 800, "mean_objective": 0.6}}  # fmt: skip
+    (exp / "summary.json").write_text(json.dumps({"policies": policies}))
+    assert result_of(str(exp)) == {"env_steps": 800, "best_policy": "1", "objective": 0.6,
+                                   "by": "objective"}  # fmt: skip
+    policies["0"].update(mean_objective=None, mean_return=21.0)  # no objective from the env
+    policies["1"].update(mean_objective=None, mean_return=35.5)
+    (exp / "summary.json").write_text(json.dumps({"policies": policies}))
+    assert result_of(str(exp)) == {"env_steps": 800, "best_policy": "1", "objective": 35.5,
+                                   "by": "return"}  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    "argv, words",
+    [
+        (["--sweep=s", "--grid", "seed=1"], "give the training flags after '--'"),
+        (["--sweep=a/b", "--", "--env=CartPole-v1"], "--sweep='a/b': is a path"),
+        (["--sweep=s", "--max_parallel=0", "--", "--env=CartPole-v1"], "--max_parallel=0"),
+        (["--sweep=s", "--", "--env=CartPole-v1", "--experiment=x"], "--experiment after '--'"),
+        (["--sweep=s", "--gpus=0", "--", "--env=CartPole-v1"], "--gpus='0': 0 GPU"),
+        (["--sweep=s", "--grid", "seed=1,2", "--", "--env=CartPole-v1", "--seed=3"],
+         "--seed is both in --grid and after '--'"),
+        (["--sweep=s", "--grid", "learning_rate=1e-4,-1", "--", "--env=CartPole-v1"],
+         "run learning_rate_-1: .*--learning_rate"),
+        (["--sweep=s", "--grid", "lerning_rate=1", "--", "--env=CartPole-v1"],
+         "run lerning_rate_1: .*lerning_rate.*learning_rate"),
+        (["--sweep=s", "--train_script=nope.py", "--", "--env=CartPole-v1"],
+         "--train_script='nope.py': no such file"),
+    ],
+)  # fmt: skip
+def test_bad_input_is_one_line_exit_2_and_writes_nothing(argv, words, tmp_path, capsys):
+    full = [*argv, f"--train_dir={tmp_path}"] if "--" in argv else argv
+    if "--gpus=0" in argv and sweep.visible_gpus() > 0:
+        pytest.skip("GPU 0 exists here")
+    assert sweep.main(full) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("rl-pbt-sweep: error: ") and len(err.splitlines()) == 1
+    assert re.search(words, err), err
+    assert os.listdir(tmp_path) == []
+
+
+def test_dry_run_checks_and_lists_the_runs_and_writes_nothing(tmp_path, capsys):
+    argv = ["--sweep=s", "--grid", "seed=1,2", "--max_parallel=2", "--dry_run", "--",
+            "--env=CartPole-v1", f"--train_dir={tmp_path}"]  # fmt: skip
+    assert sweep.main(argv) == 0
+    out = capsys.readouterr().out
+    assert "seed_1: " in out and "seed_2: " in out and "2 runs, 2 at a time on the CPU" in out
+    assert f"--train_dir={tmp_path}/s --experiment=seed_2" in out
+    assert os.listdir(tmp_path) == []
+
+
+def test_a_running_runs_share_comes_from_its_newest_status_line(tmp_path):
+    log = tmp_path / "r.log"
+    assert log_share(str(log)) is None
+    log.write_text("starting\n")
+    assert log_share(str(log)) is None
+    log.write_text(
+        "[5s] 40k frames 8k fps | 3% of 1.5M steps (p0 40k slowest) ETA 3m | best p0 obj 1\n"
+        "  p0 ret 0.4 obj 0.5 | p1 ret 0.1 obj 0.4\n"
+        "[10s] 80k frames 8k fps | 26% of 2m00s (p1 77k slowest) ETA 1m30s (time limit)\n"
+        "  p0 ret 12% of nothing\n"
+    )
+    assert log_share(str(log)) == 0.26
