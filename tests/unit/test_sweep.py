@@ -170,3 +170,30 @@ def test_a_running_runs_share_comes_from_its_newest_status_line(tmp_path):
         "  p0 ret 12% of nothing\n"
     )
     assert log_share(str(log)) == 0.26
+
+
+def test_with_gpus_each_run_sees_its_slot_only(tmp_path, monkeypatch, capsys):
+    """The GPU seam on a CPU machine: two GPUs made visible to the sweep; each run's process
+    gets its slot in CUDA_VISIBLE_DEVICES (the script stands in for the training)."""
+    monkeypatch.setattr(sweep, "visible_gpus", lambda: 2)
+    script = tmp_path / "show_gpus.py"
+    script.write_text(
+        "import os, sys, time\n"
+        "if __name__ == '__main__':\n"
+        "    time.sleep(0.5)\n"
+        "    print('CUDA_VISIBLE_DEVICES=' + os.environ.get('CUDA_VISIBLE_DEVICES', 'unset'))\n"
+    )
+    td = tmp_path / "td"
+    argv = ["--sweep=g", "--grid", "seed=1,2,3,4", "--runs_per_gpu=2", f"--train_script={script}",
+            "--status_interval=60", "--", "--env=CartPole-v1", f"--train_dir={td}"]  # fmt: skip
+    assert sweep.main(argv) == 0
+    out = capsys.readouterr().out
+    assert "on GPU 0" in out and "on GPU 1" in out
+    runs = json.loads((td / "g" / "sweep.json").read_text())["runs"]
+    for run in runs:
+        log = (td / "g" / f"{run['name']}.log").read_text()
+        assert f"CUDA_VISIBLE_DEVICES={run['gpus']}\n" in log and run["gpus"] in ("0", "1")
+    assert sorted(r["gpus"] for r in runs) == ["0", "0", "1", "1"]
+    # four slots (2 GPUs x 2 runs each) at most: a fifth is refused in one line
+    assert sweep.main([*argv[:5], "--max_parallel=5", *argv[5:]]) == 2
+    assert "--max_parallel=5: 4 GPU slot(s)" in capsys.readouterr().err
