@@ -318,7 +318,14 @@ def check_runs(runs: list[Run], train_script: Optional[str]) -> None:
     from rl_pbt import parse_cfg
 
     if train_script:  # the script's top level registers its envs; its __main__ block trains
-        runpy.run_path(train_script, run_name="__rl_pbt_sweep__")
+        try:
+            runpy.run_path(train_script, run_name="__rl_pbt_sweep__")
+        except (Exception, SystemExit) as e:
+            raise SweepError(
+                f"--train_script={train_script!r}: its top level failed "
+                f"({type(e).__name__}: {e}); it should register its envs there and train "
+                "only under `if __name__ == '__main__':`"
+            ) from None
     for run in runs:
         try:
             cfg = parse_cfg(run.argv)

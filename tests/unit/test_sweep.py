@@ -197,3 +197,14 @@ def test_with_gpus_each_run_sees_its_slot_only(tmp_path, monkeypatch, capsys):
     # four slots (2 GPUs x 2 runs each) at most: a fifth is refused in one line
     assert sweep.main([*argv[:5], "--max_parallel=5", *argv[5:]]) == 2
     assert "--max_parallel=5: 4 GPU slot(s)" in capsys.readouterr().err
+
+
+def test_a_train_script_whose_top_level_fails_is_named(tmp_path, capsys):
+    script = tmp_path / "bad.py"
+    script.write_text("import sys\nsys.exit(train_everything())\n")  # trains at import time
+    argv = ["--sweep=s", f"--train_script={script}", "--", "--env=CartPole-v1",
+            f"--train_dir={tmp_path / 'td'}"]  # fmt: skip
+    assert sweep.main(argv) == 2
+    err = capsys.readouterr().err
+    assert "its top level failed (NameError" in err and "__main__" in err
+    assert len(err.strip().splitlines()) == 1 and not (tmp_path / "td").exists()
