@@ -26,6 +26,7 @@ An env of your own: `--train_script=my_train.py` runs `python my_train.py FLAGS`
 
 from __future__ import annotations
 
+import ctypes
 import hashlib
 import itertools
 import json
@@ -37,7 +38,7 @@ import subprocess
 import sys
 import time
 from dataclasses import dataclass, field
-from typing import Any, Optional
+from typing import Any, Callable, Optional
 
 from launch import ToolParser, command, summary
 from rl_pbt.config.parse import ConfigError
@@ -420,6 +421,7 @@ class Sweep:
             stderr=subprocess.STDOUT,
             env=env,
             start_new_session=True,
+            preexec_fn=stop_with_parent(os.getpid()),
         )
         run.state, run.started = "running", time.time()
         where = f" on GPU {run.slot}" if run.slot is not None else ""
@@ -540,6 +542,25 @@ class Sweep:
                 f"{len(bad)} of {len(self.runs)} runs failed: " + ", ".join(r.name for r in bad)
             )
         return 1 if bad else 0
+
+
+def stop_with_parent(parent: int) -> Optional[Callable[[], None]]:
+    """For a run's process, before it starts: a SIGTERM (which makes it save and stop) when the
+    sweep's process ends, however it ends (Linux; None elsewhere: the run goes on alone)."""
+    if not sys.platform.startswith("linux"):
+        return None
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        prctl = libc.prctl
+    except (OSError, AttributeError):
+        return None
+
+    def arrange() -> None:
+        prctl(1, signal.SIGTERM, 0, 0, 0)  # PR_SET_PDEATHSIG
+        if os.getppid() != parent:  # the sweep ended before the line above
+            os.kill(os.getpid(), signal.SIGTERM)
+
+    return arrange
 
 
 STATUS_SHARE = re.compile(r"^\[[^\]]+\] [^|\n]* frames [^|\n]*\| (\d+)% of ", re.MULTILINE)

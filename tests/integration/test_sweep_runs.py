@@ -126,3 +126,41 @@ def test_ctrl_c_stops_every_run_saved_and_the_same_command_resumes(tmp_path):
     for s in (1, 2):
         log = (folder / f"seed_{s}.log").read_text()
         assert "resum" in log.lower()
+
+
+def test_a_sweep_killed_outright_stops_its_runs_with_their_work_saved(tmp_path):
+    """SIGKILL gives the sweep no chance to stop its runs: the kernel sends each a SIGTERM when
+    the sweep's process is gone, and they save and stop instead of training on alone."""
+    from rl_pbt.config.parse import ConfigError
+    from rl_pbt.runtime.run_lock import RunLock
+
+    argv = ["--sweep=k", "--grid", "seed=1,2", "--max_parallel=2", "--", *TINY,
+            "--train_for_env_steps=400000", f"--train_dir={tmp_path}"]  # fmt: skip
+    proc = subprocess.Popen([sys.executable, "-m", "launch.sweep", *argv], cwd=ROOT,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)  # fmt: skip
+    folder = tmp_path / "k"
+    deadline = time.time() + 120
+    while time.time() < deadline:
+        logs = [folder / f"seed_{s}.log" for s in (1, 2)]
+        if all(p.exists() and "frames" in p.read_text() for p in logs):
+            break
+        time.sleep(0.5)
+    else:
+        proc.kill()
+        raise AssertionError("the runs did not start training")
+    proc.kill()
+    proc.wait(10)
+    deadline, free = time.time() + 90, set()
+    while time.time() < deadline and len(free) < 2:
+        for s in (1, 2):
+            try:
+                RunLock(str(folder), f"seed_{s}").acquire()  # held while the run lives
+                free.add(s)
+            except ConfigError:
+                pass
+        time.sleep(0.5)
+    assert free == {1, 2}, "runs went on training after their sweep was killed"
+    for s in (1, 2):
+        summary = json.loads((folder / f"seed_{s}" / "summary.json").read_text())
+        assert 0 < summary["policies"]["0"]["env_steps"] < 400000
+        assert any(p.startswith("checkpoint_p0") for p in os.listdir(folder / f"seed_{s}"))
