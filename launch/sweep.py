@@ -5,18 +5,21 @@
 
 Each run is `rl-pbt-train` with the flags after `--` and one value of each `--grid` flag (every
 combination, in order), in its own experiment `{train_dir}/{sweep}/{run}/`, its output in
-`{train_dir}/{sweep}/{run}.log`; a run's name gives its values (`learning_rate_0.0001__seed_2`).
+`{train_dir}/{sweep}/{run}.log`; a run's name gives its values as typed
+(`learning_rate_1e-4__seed_2`).
 Every run's flags are checked before the first one starts. With GPUs, each run gets
 `--gpus_per_run` of them (`CUDA_VISIBLE_DEVICES`), `--runs_per_gpu` runs share one, and
 `--max_parallel` defaults to the number of such slots; without, runs share the CPU,
 `--max_parallel` (default 1) at a time. A run that fails is named with the end of its log, and
 the others go on.
 
-`{train_dir}/{sweep}/sweep.json` keeps each run's state and result. Running the same command
-again skips the runs that finished and resumes the others from their checkpoints (Ctrl-C,
-SIGTERM or the terminal closing stops every run, each saving first). At the end a table ranks
-the runs by their best member's mean objective in `summary.json` (its mean return where the env
-gives no objective).
+`{train_dir}/{sweep}/sweep.json` keeps each run's state, flags and result. Running the same
+command again skips the runs that finished and resumes the others from their checkpoints
+(Ctrl-C, SIGTERM or the terminal closing stops every run, each saving first; the sweep's
+process dying outright makes them save and stop too). A finished run runs again where its
+budget grew or its folder is gone, and is refused where other flags would change what its
+results mean. At the end a table ranks the runs, finished ones first, by their best member's
+mean objective in `summary.json` (its mean return where the env gives no objective).
 
 An env of your own: `--train_script=my_train.py` runs `python my_train.py FLAGS` in place of
 `rl-pbt-train`. The script registers the env at its top level and trains under
@@ -50,6 +53,12 @@ PROG = "rl-pbt-sweep"
 RESERVED = ("experiment", "train_dir")  # each run's folder: the sweep names it
 SAVE_WAIT_S = 120.0  # after Ctrl-C / SIGTERM: how long the runs get to save and stop
 NAME_BYTES = 200  # a run's name is cut (and a hash of the whole added) past this
+FINISHED = ("done", "done earlier")
+# flags a finished run may be given anew without its results meaning something else: where it
+# trains, how it reports, and its budget (a larger one trains it further)
+NOT_RESULTS = ("train_dir", "experiment", "train_for_env_steps", "train_for_seconds",
+               "status_interval", "save_every_sec", "keep_checkpoints",
+               "restart_behavior")  # fmt: skip
 
 
 class SweepError(Exception):
@@ -78,7 +87,10 @@ def parse_grid(specs: list[str]) -> dict[str, list[str]]:
             raise SweepError(f"--grid {spec!r}: an empty value; values are separated by ','")
         repeated = sorted({v for v in items if items.count(v) > 1})
         if repeated:
-            raise SweepError(f"--grid {spec!r}: {', '.join(repeated)} given twice")
+            raise SweepError(
+                f"--grid {spec!r}: {', '.join(repeated)} given twice (the items of a list "
+                'flag\'s value go with spaces: "encoder_mlp_layers=64 64,256 256")'
+            )
         grid[name] = items
     return grid
 
@@ -104,11 +116,11 @@ def run_name(values: dict[str, str]) -> str:
     return name
 
 
-def value_tokens(flag: str, value: str) -> list[str]:
-    """The command-line tokens of one grid value: `--flag=value`, or `--flag a b` for a list
-    flag's value with spaces (`--grid "encoder_mlp_layers=64 64,256 256"`)."""
+def value_tokens(flag: str, value: str, list_flags: frozenset = frozenset()) -> list[str]:
+    """The command-line tokens of one grid value: `--flag=value` (spaces and all), or for a
+    list flag `--flag a b` (`--grid "encoder_mlp_layers=64 64,256 256"`)."""
     parts = value.split()
-    return [f"--{flag}={value}"] if len(parts) == 1 else [f"--{flag}", *parts]
+    return [f"--{flag}", *parts] if flag in list_flags and parts else [f"--{flag}={value}"]
 
 
 def flag_given(tokens: list[str], flag: str) -> bool:
@@ -148,12 +160,22 @@ class Run:
     exit_code: Optional[int] = None
     seconds: float = 0.0
     slot: Optional[str] = None
+    cfg: dict[str, Any] = field(default_factory=dict, repr=False)  # the resolved flags
+    earlier_seconds: float = 0.0  # time trained in the sweep's earlier starts
+    full_seconds: Optional[float] = None  # a whole run's time, from its rate in this start
+    samples: list = field(default_factory=list, repr=False)  # (time, share) in this start
     proc: Any = field(default=None, repr=False)
     started: float = 0.0
     log: Any = field(default=None, repr=False)
 
 
-def plan(sweep: str, root: str, base: list[str], grid: dict[str, list[str]]) -> list[Run]:
+def plan(
+    sweep: str,
+    root: str,
+    base: list[str],
+    grid: dict[str, list[str]],
+    list_flags: frozenset = frozenset(),
+) -> list[Run]:
     """The runs of a sweep, each with its flags: the base flags, its values, its folder."""
     runs, seen = [], set()
     base = without_flag(base, "train_dir")
@@ -162,7 +184,7 @@ def plan(sweep: str, root: str, base: list[str], grid: dict[str, list[str]]) -> 
         while name in seen:  # values that read the same in a folder name ("a b" and "a/b")
             name += "_"
         seen.add(name)
-        argv = [*base, *[t for k, v in values.items() for t in value_tokens(k, v)]]
+        argv = [*base, *[t for k, v in values.items() for t in value_tokens(k, v, list_flags)]]
         argv += [f"--train_dir={os.path.join(root, sweep)}", f"--experiment={name}"]
         runs.append(Run(name, values, argv))
     return runs
@@ -191,10 +213,16 @@ def result_of(exp_dir: str) -> dict[str, Any]:
 
 
 def ranking(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """Rows ordered by objective, highest first; rows without one last, in their order."""
-    scored = [r for r in rows if isinstance(r.get("objective"), (int, float))]
-    rest = [r for r in rows if not isinstance(r.get("objective"), (int, float))]
-    return sorted(scored, key=lambda r: -r["objective"]) + rest
+    """Finished runs by objective, highest first; then the others (stopped, failed, waiting:
+    their figures are partial) by objective; rows without one last, in their order."""
+
+    def order(group: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        scored = [r for r in group if isinstance(r.get("objective"), (int, float))]
+        rest = [r for r in group if not isinstance(r.get("objective"), (int, float))]
+        return sorted(scored, key=lambda r: -r["objective"]) + rest
+
+    finished = [r for r in rows if r.get("state") in FINISHED]
+    return order(finished) + order([r for r in rows if r.get("state") not in FINISHED])
 
 
 def table(rows: list[dict[str, Any]]) -> str:
@@ -212,15 +240,31 @@ def table(rows: list[dict[str, Any]]) -> str:
 
 
 def eta(
-    done_seconds: list[float], running_elapsed: list[float], waiting: int, slots: int
+    remaining: list[Optional[float]], waiting: int, full: Optional[float], slots: int
 ) -> Optional[float]:
-    """Seconds until every run is done, from the mean time of the finished ones (None before
-    one has finished)."""
-    if not done_seconds or slots < 1:
+    """Seconds until every run is done: the running runs' remaining seconds (from their rates
+    in this start) and `waiting` runs of `full` seconds each, over `slots` at a time; None
+    while a running run's rate, or (with runs waiting) a whole run's time, is unknown."""
+    if any(r is None for r in remaining) or (waiting and full is None) or slots < 1:
         return None
-    mean = sum(done_seconds) / len(done_seconds)
-    work = waiting * mean + sum(max(0.0, mean - e) for e in running_elapsed)
-    return work / slots
+    return (sum(remaining) + waiting * (full or 0.0)) / slots
+
+
+def share_rate(samples: list[tuple[float, float]], min_span_s: float = 5.0) -> Optional[float]:
+    """Share of its budget a run does per second, from its (time, share) samples in this start
+    (None before they span `min_span_s` with progress)."""
+    if len(samples) < 2:
+        return None
+    (t0, s0), (t1, s1) = samples[0], samples[-1]
+    if t1 - t0 < min_span_s or s1 <= s0:
+        return None
+    return (s1 - s0) / (t1 - t0)
+
+
+def changed_flags(old: dict[str, Any], new: dict[str, Any]) -> list[str]:
+    """The flags (NOT_RESULTS aside) whose resolved values differ, as `flag: old -> new`."""
+    keys = sorted((set(old) | set(new)) - set(NOT_RESULTS))
+    return [f"--{k}: {old.get(k)!r} -> {new.get(k)!r}" for k in keys if old.get(k) != new.get(k)]
 
 
 # --- the command -----------------------------------------------------------------------------
@@ -251,7 +295,7 @@ def build_parser() -> ToolParser:
     p.add_argument("--gpus_per_run", type=int, default=1, help="GPUs each run gets")
     p.add_argument("--runs_per_gpu", type=int, default=1, help="runs that share one GPU")
     p.add_argument(
-        "--status_interval", type=float, default=30.0, help="seconds between progress lines"
+        "--progress_interval", type=float, default=30.0, help="seconds between progress lines"
     )
     p.add_argument(
         "--train_script",
@@ -284,8 +328,8 @@ def check_args(args, base: list[str]) -> list[int]:
         value = getattr(args, flag)
         if value is not None and value < 1:
             raise SweepError(f"--{flag}={value}: must be 1 or more")
-    if not args.status_interval > 0:
-        raise SweepError(f"--status_interval={args.status_interval}: must be above 0")
+    if not args.progress_interval > 0:
+        raise SweepError(f"--progress_interval={args.progress_interval}: must be above 0")
     if flag_given(base, "experiment"):
         raise SweepError(
             "--experiment after '--': the sweep names each run's experiment "
@@ -312,13 +356,12 @@ def check_args(args, base: list[str]) -> list[int]:
     return gpus
 
 
-def check_runs(runs: list[Run], train_script: Optional[str]) -> None:
-    """Every run's flags as rl-pbt-train would take them (SweepError naming the run), and its
-    budget (for the progress lines)."""
+def load_envs(train_script: Optional[str]) -> None:
+    """Register the envs the runs may name: the built-in ones, and those a --train_script
+    registers at its top level (its __main__ block, which trains, is not run here)."""
     import envs  # noqa: F401  (registers the built-in envs)
-    from rl_pbt import parse_cfg
 
-    if train_script:  # the script's top level registers its envs; its __main__ block trains
+    if train_script:
         try:
             runpy.run_path(train_script, run_name="__rl_pbt_sweep__")
         except (Exception, SystemExit) as e:
@@ -327,6 +370,13 @@ def check_runs(runs: list[Run], train_script: Optional[str]) -> None:
                 f"({type(e).__name__}: {e}); it should register its envs there and train "
                 "only under `if __name__ == '__main__':`"
             ) from None
+
+
+def check_runs(runs: list[Run]) -> None:
+    """Every run's flags as rl-pbt-train would take them (SweepError naming the run); keeps
+    each run's resolved flags and budget."""
+    from rl_pbt import parse_cfg
+
     for run in runs:
         try:
             cfg = parse_cfg(run.argv)
@@ -337,13 +387,49 @@ def check_runs(runs: list[Run], train_script: Optional[str]) -> None:
             raise SweepError(
                 f"run {run.name}: --help is not a training flag here; see rl-pbt-train --help"
             ) from None
+        run.cfg = json.loads(json.dumps(cfg.to_dict(), default=float))  # as sweep.json keeps it
         run.target_steps = int(cfg.train_for_env_steps)
         run.target_seconds = float(cfg.train_for_seconds)
 
 
+def read_earlier(folder: str, runs: list[Run]) -> None:
+    """What an earlier start of this sweep (its sweep.json) says of each run. A run that
+    finished with the same flags is not run again (nor where only NOT_RESULTS differ, unless
+    its budget grew); one that finished with other flags is refused (SweepError): its results
+    would be reported under flags it did not train with."""
+    try:
+        with open(os.path.join(folder, "sweep.json")) as f:
+            earlier = {r["name"]: r for r in json.load(f).get("runs", [])}
+    except (OSError, ValueError, AttributeError, TypeError, KeyError):
+        return
+    for run in runs:
+        old = earlier.get(run.name)
+        if not isinstance(old, dict):
+            continue
+        run.earlier_seconds = float(old.get("seconds") or 0.0)
+        run_dir = os.path.join(folder, run.name)
+        if old.get("state") not in FINISHED or not os.path.isfile(
+            os.path.join(run_dir, "summary.json")
+        ):
+            continue  # not finished (or its folder is gone): it runs (again)
+        old_cfg = old.get("cfg") or {}
+        changed = changed_flags(old_cfg, run.cfg)
+        if changed:
+            raise SweepError(
+                f"run {run.name} finished with other flags ({'; '.join(changed[:3])}); to run "
+                f"it with these, delete {run_dir} or give another --sweep"
+            )
+        grew = any(
+            float(run.cfg.get(k) or 0) > float(old_cfg.get(k) or 0)
+            for k in ("train_for_env_steps", "train_for_seconds")
+        )
+        if not grew:
+            run.state, run.exit_code = "done earlier", 0
+
+
 class Sweep:
-    """Starts the runs, at most `max_parallel` at a time, one per free slot; keeps
-    sweep.json; stops them all on Ctrl-C / SIGTERM."""
+    """Starts the runs, at most one per free slot; keeps sweep.json; stops them all on
+    Ctrl-C / SIGTERM / SIGHUP."""
 
     def __init__(
         self,
@@ -356,6 +442,7 @@ class Sweep:
     ):
         self.name, self.folder, self.runs = name, folder, runs
         self.free = list(slots)
+        self.slots = len(slots)
         self.status_interval = status_interval
         self.program = (
             [sys.executable, train_script]
@@ -365,21 +452,9 @@ class Sweep:
         self.began = time.time()
         self.stop_signal: Optional[int] = None
         self.state_path = os.path.join(folder, "sweep.json")
+        self.quiet = False  # stdout closed (a pipe whose reader ended): the runs go on
 
     # -- state ----------------------------------------------------------------------------
-    def load_earlier(self) -> None:
-        """Runs that finished in an earlier start of this sweep, with the same flags, are not
-        run again."""
-        try:
-            with open(self.state_path) as f:
-                earlier = {r["name"]: r for r in json.load(f).get("runs", [])}
-        except (OSError, ValueError, AttributeError, TypeError, KeyError):
-            return
-        for run in self.runs:
-            old = earlier.get(run.name)
-            if old and old.get("state") in ("done", "done earlier") and old.get("argv") == run.argv:
-                run.state, run.seconds, run.exit_code = "done earlier", old.get("seconds", 0), 0
-
     def rows(self) -> list[dict[str, Any]]:
         rows = []
         for run in self.runs:
@@ -387,9 +462,11 @@ class Sweep:
                 "name": run.name,
                 "values": run.values,
                 "argv": run.argv,
+                "cfg": run.cfg,
                 "state": run.state,
                 "exit_code": run.exit_code,
-                "seconds": run.seconds,
+                "seconds": run.earlier_seconds
+                + (run.seconds if run.state != "done earlier" else 0),
                 "gpus": run.slot,
             }
             row.update(result_of(os.path.join(self.folder, run.name)))
@@ -402,7 +479,16 @@ class Sweep:
         )
 
     def say(self, text: str) -> None:
-        print(f"[{fmt_duration(time.time() - self.began)}] {text}", flush=True)
+        if self.quiet:
+            return
+        try:
+            print(f"[{fmt_duration(time.time() - self.began)}] {text}", flush=True)
+        except (BrokenPipeError, OSError):  # nobody reads: say no more, let the runs finish
+            self.quiet = True
+            try:
+                sys.stdout = open(os.devnull, "w")
+            except OSError:
+                pass
 
     # -- runs -----------------------------------------------------------------------------
     def start(self, run: Run) -> None:
@@ -423,9 +509,12 @@ class Sweep:
             start_new_session=True,
             preexec_fn=stop_with_parent(os.getpid()),
         )
-        run.state, run.started = "running", time.time()
+        run.state, run.started, run.samples = "running", time.time(), []
+        if self.stop_signal is not None:  # the stop came while it was being started
+            self.signal_run(run, self.stop_signal)
         where = f" on GPU {run.slot}" if run.slot is not None else ""
         self.say(f"start {run.name}{where} (log: {log_path})")
+        self.save()
 
     def finish(self, run: Run, code: int) -> None:
         run.log.close()
@@ -433,6 +522,8 @@ class Sweep:
         run.exit_code, run.seconds = code, time.time() - run.started
         if code == 0:
             run.state = "done"
+            rate = share_rate(run.samples)
+            run.full_seconds = 1.0 / rate if rate else None
             res = result_of(os.path.join(self.folder, run.name))
             obj = res.get("objective")
             best = f": best p{res['best_policy']} {res['by']} {obj:.4g}" if obj is not None else ""
@@ -456,39 +547,45 @@ class Sweep:
             if counts.get(s)
         ]
         now = time.time()
-        running = [r for r in self.runs if r.state == "running"]
-        done = [r.seconds for r in self.runs if r.state == "done"]
-        left = eta(
-            done,
-            [now - r.started for r in running],
-            counts.get("waiting", 0),
-            len(running) + len(self.free),
-        )
-        shares = []
-        for run in running:
+        shares, remaining, fulls = [], [], []
+        for run in self.runs:
+            if run.state == "done" and run.full_seconds:
+                fulls.append(run.full_seconds)
+            if run.state != "running":
+                continue
             share = log_share(os.path.join(self.folder, f"{run.name}.log"))
             if share is None:  # no status line yet: the time limit's share, if any
                 share = (now - run.started) / run.target_seconds if run.target_seconds else 0.0
-            shares.append(f"{run.name} {min(share, 1.0):.0%}")
+            share = min(share, 1.0)
+            run.samples.append((now, share))
+            rate = share_rate(run.samples)
+            remaining.append((1.0 - share) / rate if rate else None)
+            if rate:
+                fulls.append(1.0 / rate)
+            shares.append(f"{run.name} {share:.0%}")
+        full = sum(fulls) / len(fulls) if fulls else None
+        left = eta(remaining, counts.get("waiting", 0), full, self.slots)
         text = f"sweep {self.name}: " + ", ".join(parts)
         if left is not None:
             text += f" | ETA {fmt_duration(left)}"
         return text + (" | " + ", ".join(shares) if shares else "")
 
+    def signal_run(self, run: Run, signum: int) -> None:
+        forward = signal.SIGTERM if signum == signal.SIGHUP else signum
+        try:
+            run.proc.send_signal(forward)  # the run saves and stops
+        except ProcessLookupError:
+            pass
+
     def on_signal(self, signum, frame) -> None:
         if self.stop_signal is None:
             self.stop_signal = signum
-            forward = signal.SIGTERM if signum == signal.SIGHUP else signum
             for run in self.runs:
                 if run.state == "running":
-                    try:
-                        run.proc.send_signal(forward)  # the run saves and stops
-                    except ProcessLookupError:
-                        pass
+                    self.signal_run(run, signum)
 
     def run(self) -> int:
         os.makedirs(self.folder, exist_ok=True)
-        self.load_earlier()
         earlier = sum(r.state == "done earlier" for r in self.runs)
         self.say(
             f"sweep {self.name}: {len(self.runs)} runs ({earlier} done earlier), "
@@ -508,10 +605,9 @@ class Sweep:
                 for run in self.runs:
                     if run.state == "running" and run.proc.poll() is not None:
                         self.finish(run, run.proc.returncode)
-                if self.stop_signal is None:
-                    for run in self.runs:
-                        if run.state == "waiting" and self.free:
-                            self.start(run)
+                for run in self.runs:
+                    if self.stop_signal is None and run.state == "waiting" and self.free:
+                        self.start(run)
                 running = [r for r in self.runs if r.state == "running"]
                 if not running and (
                     self.stop_signal is not None or not any(r.state == "waiting" for r in self.runs)
@@ -522,7 +618,10 @@ class Sweep:
                     if time.time() > stop_deadline:
                         for run in running:
                             self.say(f"{run.name} did not stop in {SAVE_WAIT_S:g}s; killing it")
-                            run.proc.kill()
+                            try:  # its whole process group: a script's children too
+                                os.killpg(run.proc.pid, signal.SIGKILL)
+                            except (ProcessLookupError, PermissionError):
+                                run.proc.kill()
                         stop_deadline = float("inf")
                 if time.time() - last_status >= self.status_interval:
                     self.say(self.progress())
@@ -533,7 +632,11 @@ class Sweep:
                 signal.signal(s, h)
         rows = self.rows()
         self.save()
-        print(f"\n{table(rows)}\n(in {self.state_path})", flush=True)
+        if not self.quiet:
+            try:
+                print(f"\n{table(rows)}\n(in {self.state_path})", flush=True)
+            except (BrokenPipeError, OSError):
+                self.quiet = True
         bad = [r for r in self.runs if r.state in ("failed", "stopped", "waiting")]
         if self.stop_signal is not None:
             self.say("stopped; run the same command again to resume the runs not done")
@@ -589,76 +692,146 @@ def last_lines(path: str, count: int) -> str:
 
 
 def train_dir_of(base: list[str]) -> str:
-    """The `--train_dir` of the base flags (`train_dir` when not given)."""
-    for i, token in enumerate(base):
-        if token.startswith("--train_dir="):
-            return token.split("=", 1)[1]
-        if token == "--train_dir" and i + 1 < len(base):
-            return base[i + 1]
+    """The `--train_dir` of the base flags, as rl-pbt-train reads it (the last one given, `~`
+    expanded; `train_dir` when not given)."""
     from rl_pbt.config.flags import FLAGS_BY_NAME
 
-    return FLAGS_BY_NAME["train_dir"].default
+    found: Optional[str] = None
+    for i, token in enumerate(base):
+        if token.startswith("--train_dir="):
+            found = token.split("=", 1)[1]
+        elif token == "--train_dir":
+            found = base[i + 1] if i + 1 < len(base) else ""
+    if found is not None and not found.strip():
+        raise SweepError("--train_dir after '--' is empty; give a folder")
+    return os.path.expanduser(found if found is not None else FLAGS_BY_NAME["train_dir"].default)
+
+
+def list_flags_of(base: list[str]) -> frozenset:
+    """The names of the list flags (the trainer's, and those of the env named in `base`)."""
+    from rl_pbt.config.flags import FLAGS
+    from rl_pbt.envs.registry import env_extra_flags
+
+    env = None
+    for i, token in enumerate(base):
+        if token.startswith("--env="):
+            env = token.split("=", 1)[1]
+        elif token == "--env" and i + 1 < len(base):
+            env = base[i + 1]
+    extra = env_extra_flags(env) if env else []
+    return frozenset(f.name for f in [*FLAGS, *extra] if f.type is list)
+
+
+def cuda_ids(count: int) -> list[str]:
+    """What names GPU index 0..count-1 in a child's CUDA_VISIBLE_DEVICES: the entries of this
+    process's own list where it has one (so a sweep given GPUs 2,3 hands out 2 and 3)."""
+    own = os.environ.get("CUDA_VISIBLE_DEVICES")
+    if own is None or not own.strip():
+        return [str(i) for i in range(count)]
+    entries = [e.strip() for e in own.split(",") if e.strip()]
+    return [entries[i] if i < len(entries) else str(i) for i in range(count)]
+
+
+def split_tokens(tokens: list[str]) -> tuple[list[str], list[str]]:
+    """The sweep's own flags and the training flags (after '--'); SweepError for a flag on the
+    wrong side of it."""
+    own_flags = {o for o in build_parser()._option_string_actions if o.startswith("--")}
+    if "--" not in tokens:
+        stray = [t for t in tokens if t.startswith("--") and t.split("=", 1)[0] not in own_flags]
+        if stray:
+            raise SweepError(
+                f"{stray[0].split('=', 1)[0]}: the training flags go after '--' "
+                f"({PROG} --sweep=NAME --grid ... -- {stray[0]} ...)"
+            )
+        return tokens, []
+    at = tokens.index("--")
+    own, base = tokens[:at], tokens[at + 1 :]
+    from rl_pbt.config.flags import FLAGS_BY_NAME
+
+    mine = {f for f in own_flags if f[2:] not in FLAGS_BY_NAME and f != "--help"}
+    misplaced = [t for t in base if t.split("=", 1)[0] in mine]
+    if misplaced:
+        name = misplaced[0].split("=", 1)[0]
+        raise SweepError(f"{name} is a flag of {PROG}: put it before '--'")
+    return own, base
+
+
+def prepare(args, base: list[str]) -> tuple[list[Run], list[Optional[str]], str]:
+    """The runs (checked), the GPU slots, the sweep's folder; SweepError for bad input."""
+    if not base:
+        raise SweepError("give the training flags after '--', e.g. -- --env=CartPole-v1")
+    gpus = check_args(args, base)
+    grid = parse_grid(args.grid)
+    for flag in grid:
+        if flag_given(base, flag):
+            raise SweepError(f"--{flag} is both in --grid and after '--'; give it once")
+    root = train_dir_of(base)
+    folder = os.path.join(root, args.sweep)
+    if os.path.isfile(os.path.join(folder, "config.json")) and not os.path.isfile(
+        os.path.join(folder, "sweep.json")
+    ):
+        raise SweepError(
+            f"--sweep={args.sweep}: {folder} is the folder of a run of rl-pbt-train, not of a "
+            "sweep; choose another name"
+        )
+    load_envs(args.train_script)
+    runs = plan(args.sweep, root, base, grid, list_flags_of(base))
+    check_runs(runs)
+    read_earlier(folder, runs)
+    slots: list[Optional[str]] = list(gpu_slots(gpus, args.gpus_per_run, args.runs_per_gpu))
+    if args.max_parallel is not None and slots and args.max_parallel > len(slots):
+        raise SweepError(
+            f"--max_parallel={args.max_parallel}: {len(slots)} GPU slot(s) ({len(gpus)} "
+            f"GPU(s), --gpus_per_run={args.gpus_per_run}, --runs_per_gpu={args.runs_per_gpu}); "
+            "raise --runs_per_gpu to share a GPU"
+        )
+    ids = cuda_ids(max(gpus, default=-1) + 1)  # as the runs' CUDA_VISIBLE_DEVICES names them
+    slots = [",".join(ids[int(g)] for g in slot.split(",")) for slot in slots]
+    if args.max_parallel is not None:
+        slots = slots[: args.max_parallel] if slots else [None] * args.max_parallel
+    return runs, slots or [None], folder
 
 
 def main(argv: list[str] | None = None) -> int:
     tokens = sys.argv[1:] if argv is None else list(argv)
-    own, base = (
-        (tokens[: tokens.index("--")], tokens[tokens.index("--") + 1 :])
-        if ("--" in tokens)
-        else (tokens, [])
-    )
-    args = build_parser().parse_args(own)
     try:
-        if not base:
-            raise SweepError("give the training flags after '--', e.g. -- --env=CartPole-v1")
-        gpus = check_args(args, base)
-        grid = parse_grid(args.grid)
-        for flag in grid:
-            if flag_given(base, flag):
-                raise SweepError(f"--{flag} is both in --grid and after '--'; give it once")
-        root = train_dir_of(base)
-        runs = plan(args.sweep, root, base, grid)
-        check_runs(runs, args.train_script)
+        own, base = split_tokens(tokens)
+        args = build_parser().parse_args(own)
+        runs, slots, folder = prepare(args, base)
     except SweepError as e:
         print(f"{PROG}: error: {e}", file=sys.stderr)
         return 2
-    slots: list[Optional[str]] = list(gpu_slots(gpus, args.gpus_per_run, args.runs_per_gpu))
-    if args.max_parallel is not None and slots and args.max_parallel > len(slots):
-        print(
-            f"{PROG}: error: --max_parallel={args.max_parallel}: {len(slots)} GPU slot(s) "
-            f"({len(gpus)} GPU(s), --gpus_per_run={args.gpus_per_run}, --runs_per_gpu="
-            f"{args.runs_per_gpu}); raise --runs_per_gpu to share a GPU",
-            file=sys.stderr,
-        )
-        return 2
-    if args.max_parallel is not None:
-        slots = slots[: args.max_parallel] if slots else [None] * args.max_parallel
-    slots = slots or [None]
+    except KeyboardInterrupt:
+        print(f"{PROG}: stopped while checking the runs; nothing was started", file=sys.stderr)
+        return 130
     if args.dry_run:
         for run in runs:
-            print(f"{run.name}: {' '.join(run.argv)}")
+            state = " (done earlier)" if run.state == "done earlier" else ""
+            print(f"{run.name}{state}: {' '.join(run.argv)}")
+        where = [s for s in slots if s is not None]
         print(
             f"{len(runs)} runs, {len(slots)} at a time"
-            + (
-                f" on GPU slots {', '.join(s for s in slots if s is not None)}"
-                if any(s is not None for s in slots)
-                else " on the CPU"
-            )
+            + (f" on GPU slots {', '.join(where)}" if where else " on the CPU")
         )
         return 0
-    folder = os.path.join(root, args.sweep)
+    root = os.path.dirname(folder)
     lock = RunLock(root, args.sweep)  # one sweep (or run) per folder at a time
     try:
         lock.acquire()
-    except ConfigError:
-        print(
-            f"{PROG}: error: --sweep={args.sweep}: another sweep or run is using {folder} "
-            f"({lock.holder()}); stop it first or choose another name",
-            file=sys.stderr,
+    except ConfigError as e:
+        busy = "another run is using" in str(e)
+        why = (
+            f"another sweep or run is using {folder} ({lock.holder()}); stop it first or "
+            "choose another name"
+            if busy
+            else str(e)
         )
+        print(f"{PROG}: error: --sweep={args.sweep}: {why}", file=sys.stderr)
         return 2
     try:
-        return Sweep(args.sweep, folder, runs, slots, args.status_interval, args.train_script).run()
+        return Sweep(
+            args.sweep, folder, runs, slots, args.progress_interval, args.train_script
+        ).run()
     finally:
         lock.release()
 

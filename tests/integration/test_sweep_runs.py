@@ -14,6 +14,8 @@ import textwrap
 import time
 from pathlib import Path
 
+from launch.sweep import log_share
+
 ROOT = Path(__file__).resolve().parents[2]
 TINY = ["--env=CartPole-v1", "--num_workers=1", "--num_envs_per_worker=4", "--rollout=16",
         "--batch_size=64", "--encoder_mlp_layers", "8", "--save_every_sec=5"]  # fmt: skip
@@ -31,7 +33,7 @@ def states(folder: Path) -> dict[str, str]:
 
 def test_a_grid_runs_side_by_side_ranks_and_is_not_run_twice(tmp_path):
     argv = ["--sweep=lr", "--grid", "learning_rate=1e-3,3e-4", "--max_parallel=2",
-            "--status_interval=2", "--", *TINY, "--train_for_env_steps=3000",
+            "--progress_interval=2", "--", *TINY, "--train_for_env_steps=3000",
             f"--train_dir={tmp_path}"]  # fmt: skip
     done = sweep(*argv)
     out = done.stdout
@@ -100,9 +102,9 @@ def test_ctrl_c_stops_every_run_saved_and_the_same_command_resumes(tmp_path):
                             text=True)  # fmt: skip
     folder = tmp_path / "long"
     deadline = time.time() + 120
-    while time.time() < deadline:  # both runs past their first training iterations
-        logs = [folder / f"seed_{s}.log" for s in (1, 2)]
-        if all(p.exists() and "frames" in p.read_text() for p in logs):
+    while time.time() < deadline:  # both runs past 2% of their budget
+        shares = [log_share(str(folder / f"seed_{s}.log")) for s in (1, 2)]
+        if all(share is not None and share >= 0.02 for share in shares):
             break
         time.sleep(0.5)
     else:
@@ -125,7 +127,7 @@ def test_ctrl_c_stops_every_run_saved_and_the_same_command_resumes(tmp_path):
     assert states(folder) == {"seed_1": "done", "seed_2": "done"}
     for s in (1, 2):
         log = (folder / f"seed_{s}.log").read_text()
-        assert "resum" in log.lower()
+        assert "start 2 of this run" in log  # the second start resumed the first's folder
 
 
 def test_a_sweep_killed_outright_stops_its_runs_with_their_work_saved(tmp_path):
@@ -164,3 +166,18 @@ def test_a_sweep_killed_outright_stops_its_runs_with_their_work_saved(tmp_path):
         summary = json.loads((folder / f"seed_{s}" / "summary.json").read_text())
         assert 0 < summary["policies"]["0"]["env_steps"] < 400000
         assert any(p.startswith("checkpoint_p0") for p in os.listdir(folder / f"seed_{s}"))
+
+
+def test_a_closed_output_does_not_stop_the_sweep(tmp_path):
+    """`rl-pbt-sweep ... | head -1`: once nobody reads its output the sweep goes on silently
+    and every run still trains."""
+    argv = ["--sweep=p", "--grid", "seed=1,2,3", "--", *TINY, "--train_for_env_steps=2000",
+            f"--train_dir={tmp_path}"]  # fmt: skip
+    proc = subprocess.Popen([sys.executable, "-m", "launch.sweep", *argv], cwd=ROOT,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE)  # fmt: skip
+    proc.stdout.readline()
+    proc.stdout.close()  # the reader goes away after the first line
+    _, err = proc.communicate(timeout=240)
+    assert proc.returncode == 0, err.decode()[-3000:]
+    assert b"Traceback" not in err
+    assert states(tmp_path / "p") == {f"seed_{s}": "done" for s in (1, 2, 3)}

@@ -10,15 +10,21 @@ import pytest
 from launch import sweep
 from launch.sweep import (
     SweepError,
+    changed_flags,
+    cuda_ids,
     eta,
     expand,
     gpu_slots,
+    list_flags_of,
     log_share,
     parse_grid,
     plan,
     ranking,
     result_of,
     run_name,
+    share_rate,
+    split_tokens,
+    train_dir_of,
     value_tokens,
     without_flag,
 )
@@ -71,7 +77,8 @@ def test_run_names_are_plain_folder_names_and_stay_apart():
 
 def test_each_run_gets_the_base_flags_its_values_and_its_own_folder():
     base = ["--env=CartPole-v1", "--train_dir", "old", "--seed=7"]
-    runs = plan("lr", "/tmp/td", base, {"learning_rate": ["1e-4"], "encoder_mlp_layers": ["8 8"]})
+    grid = {"learning_rate": ["1e-4"], "encoder_mlp_layers": ["8 8"]}
+    runs = plan("lr", "/tmp/td", base, grid, frozenset({"encoder_mlp_layers"}))
     (run,) = runs
     assert run.argv == [
         "--env=CartPole-v1",
@@ -84,6 +91,11 @@ def test_each_run_gets_the_base_flags_its_values_and_its_own_folder():
         "--experiment=learning_rate_1e-4__encoder_mlp_layers_8-8",
     ]
     assert value_tokens("seed", "3") == ["--seed=3"]
+    # a value with a space stays one value, but for a list flag
+    assert value_tokens("preset", "my presets/a.json") == ["--preset=my presets/a.json"]
+    assert value_tokens("encoder_mlp_layers", "64 64", frozenset({"encoder_mlp_layers"})) == [
+        "--encoder_mlp_layers", "64", "64"]  # fmt: skip
+    assert "encoder_mlp_layers" in list_flags_of(["--env=CartPole-v1"])
     assert without_flag(["--a=1", "--train_dir", "x", "--b"], "train_dir") == ["--a=1", "--b"]
 
 
@@ -101,9 +113,19 @@ def test_runs_rank_by_objective_and_eta_comes_from_finished_runs(tmp_path):
         {"name": "c", "objective": 0.9},
     ]
     assert [r["name"] for r in ranking(rows)] == ["c", "a", "b"]
-    assert eta([], [5.0], 3, 2) is None
-    # mean 100 s: 2 waiting runs and one half done, over 2 slots
-    assert eta([80.0, 120.0], [50.0], 2, 2) == pytest.approx((200 + 50) / 2)
+    # a failed or stopped run's figures are partial: finished runs rank first
+    rows = [
+        {"name": "f", "state": "failed", "objective": 9.0},
+        {"name": "d", "state": "done", "objective": 0.5},
+        {"name": "e", "state": "done earlier", "objective": 0.7},
+    ]
+    assert [r["name"] for r in ranking(rows)] == ["e", "d", "f"]
+    assert eta([None, 10.0], 0, None, 2) is None  # a running run's rate is not known yet
+    assert eta([10.0], 3, None, 2) is None  # nor how long a whole run takes
+    # 2 running runs with 30 s and 50 s left, 2 waiting of 100 s each, over 2 slots
+    assert eta([30.0, 50.0], 2, 100.0, 2) == pytest.approx((80 + 200) / 2)
+    assert share_rate([(0.0, 0.4)]) is None and share_rate([(0.0, 0.4), (2.0, 0.5)]) is None
+    assert share_rate([(0.0, 0.4), (10.0, 0.5)]) == pytest.approx(0.01)  # a resumed run's
     exp = tmp_path / "e"
     exp.mkdir()
     assert result_of(str(exp)) == {}
@@ -185,7 +207,7 @@ def test_with_gpus_each_run_sees_its_slot_only(tmp_path, monkeypatch, capsys):
     )
     td = tmp_path / "td"
     argv = ["--sweep=g", "--grid", "seed=1,2,3,4", "--runs_per_gpu=2", f"--train_script={script}",
-            "--status_interval=60", "--", "--env=CartPole-v1", f"--train_dir={td}"]  # fmt: skip
+            "--progress_interval=60", "--", "--env=CartPole-v1", f"--train_dir={td}"]  # fmt: skip
     assert sweep.main(argv) == 0
     out = capsys.readouterr().out
     assert "on GPU 0" in out and "on GPU 1" in out
@@ -208,3 +230,76 @@ def test_a_train_script_whose_top_level_fails_is_named(tmp_path, capsys):
     err = capsys.readouterr().err
     assert "its top level failed (NameError" in err and "__main__" in err
     assert len(err.strip().splitlines()) == 1 and not (tmp_path / "td").exists()
+
+
+def test_gpu_indices_map_through_the_sweeps_own_cuda_visible_devices(monkeypatch):
+    monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
+    assert cuda_ids(2) == ["0", "1"]
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "2,3")  # the sweep was given GPUs 2 and 3
+    assert cuda_ids(2) == ["2", "3"]
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "GPU-a1b2, GPU-c3d4")
+    assert cuda_ids(2) == ["GPU-a1b2", "GPU-c3d4"]
+
+
+def test_train_dir_is_read_as_the_trainer_reads_it(monkeypatch):
+    monkeypatch.setenv("HOME", "/home/u")
+    assert train_dir_of(["--env=X"]) == "train_dir"
+    assert train_dir_of(["--train_dir=a", "--train_dir", "b"]) == "b"  # the last one counts
+    assert train_dir_of(["--train_dir=~/runs"]) == "/home/u/runs"
+    with pytest.raises(SweepError, match="--train_dir after '--' is empty"):
+        train_dir_of(["--train_dir="])
+
+
+def test_flags_on_the_wrong_side_of_the_separator_are_named():
+    assert split_tokens(["--sweep=s", "--", "--env=X"]) == (["--sweep=s"], ["--env=X"])
+    with pytest.raises(SweepError, match="--env: the training flags go after '--'"):
+        split_tokens(["--sweep=s", "--env=CartPole-v1"])
+    with pytest.raises(SweepError, match="--max_parallel is a flag of rl-pbt-sweep"):
+        split_tokens(["--sweep=s", "--", "--env=X", "--max_parallel=2"])
+
+
+def test_a_finished_run_is_skipped_rerun_or_refused_by_what_changed(tmp_path, capsys):
+    td = tmp_path / "td"
+    own = ["--sweep=s", "--grid", "seed=1", "--dry_run", "--"]
+    train = ["--env=CartPole-v1", f"--train_dir={td}", "--train_for_env_steps=1000"]
+    # as a finished first start leaves it (the run's flags resolved as the sweep resolves them)
+    runs = plan("s", str(td), train, {"seed": ["1"]})
+    sweep.check_runs(runs)
+    (td / "s" / "seed_1").mkdir(parents=True)
+    (td / "s" / "seed_1" / "summary.json").write_text('{"policies": {}}')
+    row = {"name": "seed_1", "state": "done", "cfg": runs[0].cfg, "seconds": 30.0}
+    (td / "s" / "sweep.json").write_text(json.dumps({"runs": [row]}))
+    # the same flags, in another order, with another status interval: done earlier
+    again = ["--train_for_env_steps=1000", "--status_interval=3", f"--train_dir={td}",
+             "--env=CartPole-v1"]  # fmt: skip
+    assert sweep.main([*own, *again]) == 0
+    assert "seed_1 (done earlier)" in capsys.readouterr().out
+    # a larger budget: it trains further
+    assert sweep.main([*own, *train[:-1], "--train_for_env_steps=2000"]) == 0
+    assert "(done earlier)" not in capsys.readouterr().out
+    # another learning value: refused, naming the flag and how to run it anew
+    assert sweep.main([*own, *train, "--gamma=0.9"]) == 2
+    err = capsys.readouterr().err
+    assert "run seed_1 finished with other flags (--gamma: 0.99 -> 0.9)" in err
+    assert f"delete {td / 's' / 'seed_1'}" in err
+    assert changed_flags({"gamma": 0.99, "seed": 1}, {"gamma": 0.99, "seed": 1}) == []
+    # its folder deleted: it runs again, with the new flags
+    (td / "s" / "seed_1" / "summary.json").unlink()
+    assert sweep.main([*own, *train, "--gamma=0.9"]) == 0
+    assert "(done earlier)" not in capsys.readouterr().out
+
+
+def test_a_sweep_named_as_a_run_of_the_trainer_is_refused(tmp_path, capsys):
+    (tmp_path / "exp").mkdir()
+    (tmp_path / "exp" / "config.json").write_text("{}")
+    argv = ["--sweep=exp", "--", "--env=CartPole-v1", f"--train_dir={tmp_path}"]
+    assert sweep.main(argv) == 2
+    assert "is the folder of a run of rl-pbt-train" in capsys.readouterr().err
+    assert os.listdir(tmp_path / "exp") == ["config.json"]
+
+
+def test_an_unwritable_train_dir_is_not_called_busy(capsys):
+    argv = ["--sweep=s", "--", "--env=CartPole-v1", "--train_dir=/proc/no_such_folder"]
+    assert sweep.main(argv) == 2
+    err = capsys.readouterr().err
+    assert "another sweep" not in err and "/proc/no_such_folder" in err
