@@ -273,7 +273,10 @@ def build_parser() -> ToolParser:
         PROG,
         summary(__doc__),
         usage=f"{PROG} --sweep=NAME [--grid FLAG=V1,V2 ...] [options] -- TRAINING FLAGS",
-        epilog="The training flags after '--' are rl-pbt-train's (rl-pbt-train --help).",
+        epilog="The training flags after '--' are rl-pbt-train's (rl-pbt-train --help). "
+        "Each run trains in {train_dir}/{sweep}/{run}/ (its log beside it); "
+        "{train_dir}/{sweep}/sweep.json keeps their states and results. The same command "
+        "again skips finished runs and resumes the others; Ctrl-C stops every run, saved.",
     )
     p.add_argument("--sweep", required=True, help="the sweep's name: its folder under train_dir")
     p.add_argument(
@@ -377,6 +380,7 @@ def check_runs(runs: list[Run]) -> None:
     each run's resolved flags and budget."""
     from rl_pbt import parse_cfg
 
+    same: dict[str, str] = {}
     for run in runs:
         try:
             cfg = parse_cfg(run.argv)
@@ -388,6 +392,14 @@ def check_runs(runs: list[Run]) -> None:
                 f"run {run.name}: --help is not a training flag here; see rl-pbt-train --help"
             ) from None
         run.cfg = json.loads(json.dumps(cfg.to_dict(), default=float))  # as sweep.json keeps it
+        key = json.dumps({k: v for k, v in run.cfg.items() if k not in ("experiment",)},
+                         sort_keys=True)  # fmt: skip
+        if key in same:
+            raise SweepError(
+                f"runs {same[key]} and {run.name} have the same flags (values that read the "
+                "same, such as 1e-3 and 0.001); give each value once"
+            )
+        same[key] = run.name
         run.target_steps = int(cfg.train_for_env_steps)
         run.target_seconds = float(cfg.train_for_seconds)
 
@@ -588,7 +600,7 @@ class Sweep:
         os.makedirs(self.folder, exist_ok=True)
         earlier = sum(r.state == "done earlier" for r in self.runs)
         self.say(
-            f"sweep {self.name}: {len(self.runs)} runs ({earlier} done earlier), "
+            f"sweep {self.name}: {plural(len(self.runs), 'run')} ({earlier} done earlier), "
             f"{len(self.free)} at a time, in {self.folder}"
         )
         self.save()
@@ -614,6 +626,11 @@ class Sweep:
                 ):
                     break
                 if self.stop_signal is not None:
+                    if stop_deadline is None:
+                        self.say(
+                            f"stopping: {len(running)} run(s) saving and stopping (killed "
+                            f"after {SAVE_WAIT_S:g}s)"
+                        )
                     stop_deadline = stop_deadline or time.time() + SAVE_WAIT_S
                     if time.time() > stop_deadline:
                         for run in running:
@@ -680,6 +697,10 @@ def log_share(path: str, tail_bytes: int = 16384) -> Optional[float]:
         return None
     found = STATUS_SHARE.findall(text)
     return int(found[-1]) / 100 if found else None
+
+
+def plural(count: int, noun: str) -> str:
+    return f"{count} {noun}" + ("" if count == 1 else "s")
 
 
 def last_lines(path: str, count: int) -> str:
@@ -810,7 +831,7 @@ def main(argv: list[str] | None = None) -> int:
             print(f"{run.name}{state}: {' '.join(run.argv)}")
         where = [s for s in slots if s is not None]
         print(
-            f"{len(runs)} runs, {len(slots)} at a time"
+            f"{plural(len(runs), 'run')}, {len(slots)} at a time"
             + (f" on GPU slots {', '.join(where)}" if where else " on the CPU")
         )
         return 0

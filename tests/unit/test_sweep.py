@@ -303,3 +303,11 @@ def test_an_unwritable_train_dir_is_not_called_busy(capsys):
     assert sweep.main(argv) == 2
     err = capsys.readouterr().err
     assert "another sweep" not in err and "/proc/no_such_folder" in err
+
+
+def test_values_that_read_the_same_are_one_run_given_twice(tmp_path, capsys):
+    argv = ["--sweep=s", "--grid", "learning_rate=1e-3,0.001", "--", "--env=CartPole-v1",
+            f"--train_dir={tmp_path}"]  # fmt: skip
+    assert sweep.main(argv) == 2
+    err = capsys.readouterr().err
+    assert "runs learning_rate_1e-3 and learning_rate_0.001 have the same flags" in err
