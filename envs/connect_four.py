@@ -357,7 +357,8 @@ FLAGS = [
 # moves and a 10x entropy bonus kept its entropy at 0.4-0.5 (about 0.1 without) and lifted it
 # from 0.65 to 0.90 against random play (benchmarks/RESULTS.md)
 # 128 games per worker: 1.47x the env steps of 32 in 60 s (4 members), and over 30 minutes the
-# best member scored 0.65 and 0.66 against depth 2 (0.54 and 0.45 with 32, same seeds)
+# best member scored 0.65, 0.66 and 0.56 against depth 2 (0.54, 0.45 and 0.53 with 32, same
+# seeds)
 SPEED = {"num_envs_per_worker": 128, "batch_size": 4096, "num_epochs": 2}
 VARIETY = {"random_opening_moves": 8, "exploration_loss_coeff": 0.03}
 register_pettingzoo_aec_env(
