@@ -18,6 +18,11 @@ def command(main: Callable[[list[str] | None], int], argv: list[str] | None = No
     return status
 
 
+def one_line(e: BaseException) -> str:
+    """An error's message on one line: its non-empty lines joined by '; '."""
+    return "; ".join(line.strip() for line in str(e).splitlines() if line.strip())
+
+
 def summary(doc: str) -> str:
     """A module docstring's first paragraph on one line: a tool's --help description (its
     first line alone stops mid-sentence where the sentence wraps)."""

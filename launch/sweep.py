@@ -43,10 +43,12 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, Callable, Optional
 
-from launch import ToolParser, command, summary
+from launch import ToolParser, command, one_line, summary
 from rl_pbt.config.parse import ConfigError
 from rl_pbt.logging.files import atomic_write_json, experiment_name_problem
 from rl_pbt.logging.progress import fmt_duration, fmt_num
+from rl_pbt.runtime.devices import probe_gpu_count as visible_gpus  # no CUDA started here
+from rl_pbt.runtime.devices import visible_devices_env
 from rl_pbt.runtime.run_lock import RunLock
 
 PROG = "rl-pbt-sweep"
@@ -127,6 +129,18 @@ def flag_given(tokens: list[str], flag: str) -> bool:
     return any(t == f"--{flag}" or t.startswith(f"--{flag}=") for t in tokens)
 
 
+def last_value(tokens: list[str], flag: str) -> Optional[str]:
+    """The value of the last `--flag=V` / `--flag V` in `tokens` (as argparse keeps it; '' for
+    a bare `--flag` at the end), None when it is not given."""
+    found: Optional[str] = None
+    for i, token in enumerate(tokens):
+        if token.startswith(f"--{flag}="):
+            found = token.split("=", 1)[1]
+        elif token == f"--{flag}":
+            found = tokens[i + 1] if i + 1 < len(tokens) else ""
+    return found
+
+
 def without_flag(tokens: list[str], flag: str) -> list[str]:
     """`tokens` with `--flag=V` / `--flag V` taken out."""
     out, skip = [], False
@@ -154,7 +168,6 @@ class Run:
     name: str
     values: dict[str, str]
     argv: list[str]  # the training flags
-    target_steps: int = 0
     target_seconds: float = 0.0
     state: str = "waiting"  # waiting, running, done, failed, stopped, done earlier
     exit_code: Optional[int] = None
@@ -313,15 +326,6 @@ def build_parser() -> ToolParser:
     return p
 
 
-def visible_gpus() -> int:
-    try:
-        import torch
-
-        return torch.cuda.device_count()
-    except Exception:  # a torch without CUDA support: no GPU
-        return 0
-
-
 def check_args(args, base: list[str]) -> list[int]:
     """Problems with the sweep's own flags (SweepError); returns the GPUs to use."""
     problem = experiment_name_problem(args.sweep)
@@ -385,8 +389,7 @@ def check_runs(runs: list[Run]) -> None:
         try:
             cfg = parse_cfg(run.argv)
         except ConfigError as e:
-            one_line = "; ".join(line.strip() for line in str(e).splitlines() if line.strip())
-            raise SweepError(f"run {run.name}: {one_line}") from None
+            raise SweepError(f"run {run.name}: {one_line(e)}") from None
         except SystemExit:  # --help among the training flags
             raise SweepError(
                 f"run {run.name}: --help is not a training flag here; see rl-pbt-train --help"
@@ -400,7 +403,6 @@ def check_runs(runs: list[Run]) -> None:
                 "same, such as 1e-3 and 0.001); give each value once"
             )
         same[key] = run.name
-        run.target_steps = int(cfg.train_for_env_steps)
         run.target_seconds = float(cfg.train_for_seconds)
 
 
@@ -477,8 +479,7 @@ class Sweep:
                 "cfg": run.cfg,
                 "state": run.state,
                 "exit_code": run.exit_code,
-                "seconds": run.earlier_seconds
-                + (run.seconds if run.state != "done earlier" else 0),
+                "seconds": run.earlier_seconds + run.seconds,
                 "gpus": run.slot,
             }
             row.update(result_of(os.path.join(self.folder, run.name)))
@@ -491,10 +492,13 @@ class Sweep:
         )
 
     def say(self, text: str) -> None:
+        self.write(f"[{fmt_duration(time.time() - self.began)}] {text}")
+
+    def write(self, text: str) -> None:
         if self.quiet:
             return
         try:
-            print(f"[{fmt_duration(time.time() - self.began)}] {text}", flush=True)
+            print(text, flush=True)
         except (BrokenPipeError, OSError):  # nobody reads: say no more, let the runs finish
             self.quiet = True
             try:
@@ -649,11 +653,7 @@ class Sweep:
                 signal.signal(s, h)
         rows = self.rows()
         self.save()
-        if not self.quiet:
-            try:
-                print(f"\n{table(rows)}\n(in {self.state_path})", flush=True)
-            except (BrokenPipeError, OSError):
-                self.quiet = True
+        self.write(f"\n{table(rows)}\n(in {self.state_path})")
         bad = [r for r in self.runs if r.state in ("failed", "stopped", "waiting")]
         if self.stop_signal is not None:
             self.say("stopped; run the same command again to resume the runs not done")
@@ -717,12 +717,7 @@ def train_dir_of(base: list[str]) -> str:
     expanded; `train_dir` when not given)."""
     from rl_pbt.config.flags import FLAGS_BY_NAME
 
-    found: Optional[str] = None
-    for i, token in enumerate(base):
-        if token.startswith("--train_dir="):
-            found = token.split("=", 1)[1]
-        elif token == "--train_dir":
-            found = base[i + 1] if i + 1 < len(base) else ""
+    found = last_value(base, "train_dir")
     if found is not None and not found.strip():
         raise SweepError("--train_dir after '--' is empty; give a folder")
     return os.path.expanduser(found if found is not None else FLAGS_BY_NAME["train_dir"].default)
@@ -733,12 +728,7 @@ def list_flags_of(base: list[str]) -> frozenset:
     from rl_pbt.config.flags import FLAGS
     from rl_pbt.envs.registry import env_extra_flags
 
-    env = None
-    for i, token in enumerate(base):
-        if token.startswith("--env="):
-            env = token.split("=", 1)[1]
-        elif token == "--env" and i + 1 < len(base):
-            env = base[i + 1]
+    env = last_value(base, "env")
     extra = env_extra_flags(env) if env else []
     return frozenset(f.name for f in [*FLAGS, *extra] if f.type is list)
 
@@ -746,11 +736,10 @@ def list_flags_of(base: list[str]) -> frozenset:
 def cuda_ids(count: int) -> list[str]:
     """What names GPU index 0..count-1 in a child's CUDA_VISIBLE_DEVICES: the entries of this
     process's own list where it has one (so a sweep given GPUs 2,3 hands out 2 and 3)."""
-    own = os.environ.get("CUDA_VISIBLE_DEVICES")
-    if own is None or not own.strip():
+    own = visible_devices_env()  # as CUDA reads it
+    if own is None:
         return [str(i) for i in range(count)]
-    entries = [e.strip() for e in own.split(",") if e.strip()]
-    return [entries[i] if i < len(entries) else str(i) for i in range(count)]
+    return [own[i] if i < len(own) else str(i) for i in range(count)]
 
 
 def split_tokens(tokens: list[str]) -> tuple[list[str], list[str]]:

@@ -12,14 +12,13 @@ import os
 import sys
 
 import envs  # noqa: F401  (registers the built-in envs)
-from launch import command
+from launch import command, one_line
 from rl_pbt import ConfigError, parse_cfg, train
 from rl_pbt.runtime import runner
 
 
 def config_error(e: ConfigError, prog: str = "rl-pbt-train") -> int:
-    one_line = "; ".join(line.strip() for line in str(e).splitlines() if line.strip())
-    print(f"{prog}: error: {one_line}", file=sys.stderr)
+    print(f"{prog}: error: {one_line(e)}", file=sys.stderr)
     return 2
 
 

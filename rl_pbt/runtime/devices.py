@@ -38,7 +38,7 @@ def _leading_int(text: str) -> Optional[int]:
     return int(text[: len(text) - len(digits) + n]) if n else None
 
 
-def _visible_devices_env() -> Optional[list[str]]:
+def visible_devices_env() -> Optional[list[str]]:
     """The devices CUDA_VISIBLE_DEVICES lets CUDA see, as CUDA reads it, or None when it is not
     set: UUIDs ('GPU-...', 'MIG-...') while entries have the first one's prefix; otherwise
     each entry's leading integer, up to the first entry without one or a negative one; a
@@ -103,7 +103,7 @@ def probe_gpu_count() -> int:
     a CPU build of torch (NVML may see the machine's GPUs, but this torch cannot use them)."""
     if not torch_built_for_gpus():
         return 0
-    visible = _visible_devices_env()
+    visible = visible_devices_env()
     if visible is not None and not visible:
         return 0
     n = _nvml_count()
