@@ -136,22 +136,34 @@ class ConnectFourBatch(BatchedMultiAgentEnv):
         return won, full
 
     def _new_game(self, k: int) -> None:
-        self.cells[k] = 0
-        self.heights[k] = 0
+        """An empty board, then the random opening: 0..N uniformly random legal moves drawn from
+        copy k's own generator (the same draws as `PettingZooAECAdapter`'s). A game the opening
+        ends starts again without one. Played on Python ints, one move at a time: a rollout
+        worker starts a few games on every step, and NumPy's per-call cost made the openings
+        a tenth of connect four's training time."""
+        cells, heights = self.cells[k], self.heights[k]
+        cells[:] = 0
+        heights[:] = 0
         self.mover[k] = 0
         self.returns[k] = 0.0
         if not self.random_opening:
             return
         rng = self._rngs[k]
-        one = np.array([k])
-        for _ in range(int(rng.integers(self.random_opening + 1))):
-            col = int(rng.choice(np.flatnonzero(self.heights[k] < ROWS)))
-            won, full = self._play(one, np.array([col]))
-            if won[0] or full[0]:  # a game the opening ended starts again without one
-                self.cells[k] = 0
-                self.heights[k] = 0
-                self.mover[k] = 0
+        h = [0] * COLS
+        moves = int(rng.integers(self.random_opening + 1))
+        for i in range(moves):
+            legal = [c for c in range(COLS) if h[c] < ROWS]
+            col = legal[int(rng.integers(len(legal)))]
+            piece = 1 + (i & 1)
+            cell = (ROWS - 1 - h[col]) * COLS + col
+            cells[cell] = piece
+            h[col] += 1
+            won = i >= 6 and bool((cells[LINES_THROUGH[cell]] == piece).all(axis=1).any())
+            if won or i + 1 == CELLS:
+                cells[:] = 0
                 return
+        heights[:] = h
+        self.mover[k] = moves & 1
 
     def reset_copy(self, k: int, seed: Optional[int] = None) -> tuple[list, list[dict]]:
         if seed is not None:  # as PettingZooAECAdapter.reset(seed): the openings too

@@ -377,7 +377,8 @@ class PettingZooAECAdapter:
             return
         for _ in range(int(self._opening_rng.integers(self.random_opening + 1))):
             raw = self.env.observe(self.env.agent_selection)
-            self.env.step(int(self._opening_rng.choice(np.flatnonzero(raw["action_mask"]))))
+            legal = np.flatnonzero(raw["action_mask"])
+            self.env.step(int(legal[self._opening_rng.integers(len(legal))]))
             if any(self.env.terminations.values()) or any(self.env.truncations.values()):
                 self.env.reset()
                 return

@@ -73,6 +73,23 @@ def test_random_games_match_the_pettingzoo_adapter(board, opening):
     assert moves > 300 * 7
 
 
+def test_long_openings_match_the_adapter_including_the_ones_that_end_a_game():
+    """Openings of up to 30 random moves often end the game (a four, by chance), and such a
+    game starts again empty: the batch's fast opening draws and plays what the adapter does."""
+    seeds = list(range(120))
+    refs = _adapters(seeds, False, 30)
+    batch = ConnectFourBatch(seeds, random_opening=30)
+    empty = 0
+    for k, ref in enumerate(refs):
+        for _ in range(2):  # the second opening draws on from the same generator
+            ref_obs, ref_infos = ref.reset()
+            obs, infos = batch.reset_copy(k)
+            _same_obs(obs, ref_obs)
+            assert infos == ref_infos
+            empty += not obs[0]["observation"].any()
+    assert empty >= 20  # openings that ended a game were among them
+
+
 def test_an_illegal_move_names_the_copy_and_the_legal_columns():
     batch = ConnectFourBatch([0, 1])
     for k in range(2):
