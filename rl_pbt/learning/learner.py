@@ -381,7 +381,9 @@ class Learner:
         batch = self._arrived(staged)
         t = cfg.rollout
         obs = {k[4:]: v[:, :t] for k, v in batch.items() if k.startswith("obs.")}
-        actions, old_logp = batch["actions"], batch["log_probs"]
+        # in the network's orientation once, for every pass below (an env's mirror symmetry)
+        obs, actions = model.to_canonical(obs, batch["actions"])
+        old_logp = batch["log_probs"]
         rewards, dones, values_raw = batch["rewards"], batch["dones"], batch["values"]
         scaled = scale_rewards(rewards, cfg.reward_scale, cfg.reward_clip)
         late = batch.get("late_rewards")  # scaled and clipped (finite) by the rollout workers
@@ -395,13 +397,14 @@ class Learner:
         order, plans, full_plan = self._minibatch_plan(n, staged.host["dones"])
 
         if cfg.normalize_input:
-            model.update_normalizers(obs, mask)
+            model.update_normalizers(obs, mask, canonical=True)
         features = None  # the env's observation features, once for every pass below: of the
         # trained samples alone where the minibatches take only those, else of all
         if cfg.with_vtrace or cfg.num_epochs > 1:
             only_trained = self.compact and not cfg.with_vtrace
             with torch.no_grad():
-                features = model.obs_features_of(obs, mask if only_trained else None)
+                rows = mask if only_trained else None
+                features = model.obs_features_of(obs, rows, canonical=True)
         with torch.no_grad():
             if cfg.with_vtrace:
                 with self._autocast():
@@ -413,6 +416,7 @@ class Learner:
                         self.rec,
                         plan=full_plan,
                         features=features,
+                        canonical=True,
                     )
                 cur_values = model.denormalize_value(cur_v.float())
                 log_rhos = torch.where(mask, cur_logp.float() - old_logp, 0.0)
@@ -466,6 +470,7 @@ class Learner:
                     self.rec,
                     plan=plan,
                     features=None if features is None else pick(features),
+                    canonical=True,
                 )
                 # the losses are reduced in float32 whatever the forward pass ran in
                 logp, ent, values = logp.float(), ent.float(), values.float()

@@ -356,13 +356,26 @@ class ActorCritic(nn.Module):
             out[self.mask_key] = self.mirror.mask(obs[self.mask_key], flip)
         return out, flip
 
-    def obs_features_of(self, obs: dict[str, Tensor], rows: Optional[Tensor] = None):
+    def to_canonical(self, obs: dict[str, Tensor], actions: Tensor):
+        """A batch (obs[k] [N, T, ...], actions [N, T, dim]) in the orientation the network
+        sees: the observations as `canonical` gives them, the actions mirrored with them. The
+        learner turns each batch once for all its passes (`canonical=True` below)."""
+        obs, flip = self.canonical(obs)
+        if flip is not None:
+            actions = self.mirror.actions(actions, flip)
+        return obs, actions
+
+    def obs_features_of(
+        self, obs: dict[str, Tensor], rows: Optional[Tensor] = None, canonical: bool = False
+    ):
         """The env's observation features of a batch, obs[key] [N, T, D] -> [N, T, E], where
         `rows` [N, T] holds (zeros elsewhere; everywhere without it); None without features.
-        The learner computes them once per batch for all its epochs (`evaluate(features=)`)."""
+        The learner computes them once per batch for all its epochs (`evaluate(features=)`).
+        `canonical`: obs is in the network's orientation already (`to_canonical`)."""
         if self.obs_features is None:
             return None
-        obs, _ = self.canonical(obs)
+        if not canonical:
+            obs, _ = self.canonical(obs)
         raw = obs[self.features_key].float()
         if rows is None:
             return self.obs_features(raw)
@@ -470,18 +483,22 @@ class ActorCritic(nn.Module):
         recurrence: int,
         plan: Optional[SequencePlan] = None,
         features: Optional[Tensor] = None,
+        canonical: bool = False,
     ):
         """obs[k]: [N, T, ...]; actions [N, T, dim]; rnn_states [N, T // recurrence, H] (state
         before each chunk); dones [N, T]. Returns log-probs, entropy, normalised values [N, T].
 
         With an RNN, `plan` (from `sequence_plan` on these dones, on this device) saves
-        reading the dones back from the device; without it the plan is made here."""
+        reading the dones back from the device; without it the plan is made here.
+        `canonical`: obs and actions are in the network's orientation already
+        (`to_canonical`)."""
         n, t = actions.shape[:2]
         flat = {k: v.reshape(n * t, *v.shape[2:]) for k, v in obs.items()}
-        flat, flip = self.canonical(flat)
         actions = actions.reshape(n * t, -1)
-        if flip is not None:  # the actions as the network chose them
-            actions = self.mirror.actions(actions, flip)
+        if not canonical:
+            flat, flip = self.canonical(flat)
+            if flip is not None:  # the actions as the network chose them
+                actions = self.mirror.actions(actions, flip)
         if features is not None:
             features = features.reshape(n * t, -1)
         features = self._features_once(flat, features)
@@ -507,10 +524,13 @@ class ActorCritic(nn.Module):
             out, _ = self.core(packed, h0.unsqueeze(0))
         return out.data.index_select(0, plan.packed_at)
 
-    def update_normalizers(self, obs: dict[str, Tensor], valid: Tensor) -> None:
+    def update_normalizers(
+        self, obs: dict[str, Tensor], valid: Tensor, canonical: bool = False
+    ) -> None:
         """Merge the observations where valid [N, T] is true into the running statistics
-        (in the orientation the network sees them)."""
-        obs, _ = self.canonical(obs)
+        (in the orientation the network sees them; `canonical`: obs is in it already)."""
+        if not canonical:
+            obs, _ = self.canonical(obs)
         for key, norm in self.obs_norms.items():
             norm.update_masked(obs[key], valid)
 

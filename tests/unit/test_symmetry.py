@@ -190,6 +190,36 @@ def test_the_fused_worker_pass_mirrors_as_the_model_does():
             torch.testing.assert_close(values[idx], ref_v, rtol=1e-5, atol=1e-5)
 
 
+def test_a_batch_turned_once_gives_what_each_pass_turning_it_gives():
+    """The learner turns a batch to the network's orientation once (`to_canonical`) and every
+    pass takes it as it is (`canonical=True`): the same log-probs, entropies, values and
+    features as turning it in each pass; turning twice changes nothing."""
+    model = c4_model()
+    boards, masks = random_positions(120, seed=4)
+    n = len(boards)
+    obs = {
+        "observation": torch.as_tensor(boards).view(n // 4, 4, -1),
+        "action_mask": torch.as_tensor(masks).view(n // 4, 4, -1),
+    }
+    actions, _, _, _ = model.act({k: v.reshape(n, -1) for k, v in obs.items()}, None)
+    actions = actions.view(n // 4, 4, 1)
+    dones = torch.zeros(n // 4, 4)
+    turned, turned_actions = model.to_canonical(obs, actions)
+    assert not torch.equal(turned["observation"], obs["observation"])
+    assert not torch.equal(turned_actions, actions)
+    again, again_actions = model.to_canonical(turned, turned_actions)
+    assert torch.equal(again["observation"], turned["observation"])
+    assert torch.equal(again_actions, turned_actions)
+    ref = model.evaluate(obs, actions, None, dones, 1)
+    got = model.evaluate(turned, turned_actions, None, dones, 1, canonical=True)
+    for r, g in zip(ref, got):
+        torch.testing.assert_close(g, r)
+    rows = torch.rand(n // 4, 4) < 0.5
+    torch.testing.assert_close(
+        model.obs_features_of(turned, rows, canonical=True), model.obs_features_of(obs, rows)
+    )
+
+
 def test_normalisers_learn_the_canonical_orientation():
     model, plain = c4_model(), c4_model("--mirror_symmetry=False")
     plain.load_state_dict(model.state_dict())
