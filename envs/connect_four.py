@@ -351,8 +351,8 @@ FLAGS = [
 # 32 games per worker (the trainer's 8 before) and a [256, 256] MLP: connect four training ran
 # 3.3x the frames/s of the trainer's defaults here (42k against 12.7k, 4 members;
 # benchmarks/RESULTS.md), and the smaller net at 3e-4 learned more in 9 minutes than the
-# defaults in 25. Minibatches of 4096
-# (2 epochs) took the env steps of one member's self-play from 2.5M to 4.8M in 4 minutes.
+# defaults in 25. Minibatches of 4096 (2 epochs) took the env steps of one member's self-play
+# from 2.5M to 4.8M in 4 minutes.
 # Self-play collapses to a few near-deterministic games without help: up to 8 random opening
 # moves and a 10x entropy bonus kept its entropy at 0.4-0.5 (about 0.1 without) and lifted it
 # from 0.65 to 0.90 against random play (benchmarks/RESULTS.md)

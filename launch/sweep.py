@@ -49,7 +49,7 @@ from rl_pbt.logging.files import atomic_write_json, experiment_name_problem
 from rl_pbt.logging.progress import fmt_duration, fmt_num
 from rl_pbt.runtime.devices import probe_gpu_count as visible_gpus  # no CUDA started here
 from rl_pbt.runtime.devices import visible_devices_env
-from rl_pbt.runtime.run_lock import RunLock
+from rl_pbt.runtime.run_lock import LockHeld, RunLock
 
 PROG = "rl-pbt-sweep"
 RESERVED = ("experiment", "train_dir")  # each run's folder: the sweep names it
@@ -828,15 +828,15 @@ def main(argv: list[str] | None = None) -> int:
     lock = RunLock(root, args.sweep)  # one sweep (or run) per folder at a time
     try:
         lock.acquire()
-    except ConfigError as e:
-        busy = "another run is using" in str(e)
-        why = (
-            f"another sweep or run is using {folder} ({lock.holder()}); stop it first or "
-            "choose another name"
-            if busy
-            else str(e)
+    except LockHeld:
+        print(
+            f"{PROG}: error: --sweep={args.sweep}: another sweep or run is using {folder} "
+            f"({lock.holder()}); stop it first or choose another name",
+            file=sys.stderr,
         )
-        print(f"{PROG}: error: --sweep={args.sweep}: {why}", file=sys.stderr)
+        return 2
+    except ConfigError as e:  # the lock file cannot be made
+        print(f"{PROG}: error: --sweep={args.sweep}: {e}", file=sys.stderr)
         return 2
     try:
         return Sweep(

@@ -17,6 +17,10 @@ from typing import Optional
 from rl_pbt.config.parse import ConfigError
 
 
+class LockHeld(ConfigError):
+    """Another live process holds the lock."""
+
+
 def lock_path(train_dir: str, experiment: str) -> str:
     return os.path.join(train_dir, f".{experiment}.lock")
 
@@ -35,14 +39,15 @@ class RunLock:
             text = ""
         return text or "another process"
 
-    def _conflict(self) -> ConfigError:
-        return ConfigError(
+    def _conflict(self) -> LockHeld:
+        return LockHeld(
             f"--experiment={self.experiment}: another run is using this experiment folder "
             f"({self.holder()}; lock {self.path}); stop it first or choose another --experiment"
         )
 
     def acquire(self) -> None:
-        """Hold the lock until `release` (or the end of the process); ConfigError if taken.
+        """Hold the lock until `release` (or the end of the process); LockHeld (a ConfigError)
+        if taken, ConfigError if the lock file cannot be made.
         Nothing to do when this object holds it already."""
         if self.fd is not None:
             return

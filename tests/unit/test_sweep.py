@@ -311,3 +311,20 @@ def test_values_that_read_the_same_are_one_run_given_twice(tmp_path, capsys):
     assert sweep.main(argv) == 2
     err = capsys.readouterr().err
     assert "runs learning_rate_1e-3 and learning_rate_0.001 have the same flags" in err
+
+
+def test_a_sweep_whose_folder_is_in_use_is_refused_in_one_line(tmp_path, capsys):
+    from rl_pbt.runtime.run_lock import RunLock
+
+    held = RunLock(str(tmp_path), "busy")
+    held.acquire()
+    try:
+        argv = ["--sweep=busy", "--grid", "seed=1,2", "--", "--env=CartPole-v1",
+                f"--train_dir={tmp_path}", "--train_for_env_steps=1000"]  # fmt: skip
+        assert sweep.main(argv) == 2
+    finally:
+        held.release()
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1
+    assert "another sweep or run is using" in err and "pid " in err
+    assert not os.path.exists(tmp_path / "busy" / "sweep.json")
