@@ -42,7 +42,7 @@ COPY += ["--pbt_replace_reward_gap=0", "--pbt_mutation_rate=1.0"]
 
 def start(code: str, train_dir: str, flags: list[str]) -> subprocess.Popen:
     argv = [sys.executable, "-m", "launch.train", *COMMON, *flags, f"--train_dir={train_dir}"]
-    env = dict(os.environ, PYTHONPATH=code)
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([code, os.environ.get("PYTHONPATH", "")]))
     log = open(os.path.join(train_dir, "log.txt"), "w")
     return subprocess.Popen(
         argv + ["--experiment=x"], cwd=code, env=env, stdout=log, stderr=subprocess.STDOUT,

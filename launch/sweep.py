@@ -9,9 +9,9 @@ combination, in order), in its own experiment `{train_dir}/{sweep}/{run}/`, its 
 (`learning_rate_1e-4__seed_2`).
 Every run's flags are checked before the first one starts. With GPUs, each run gets
 `--gpus_per_run` of them (`CUDA_VISIBLE_DEVICES`), `--runs_per_gpu` runs share one, and
-`--max_parallel` defaults to the number of such slots; without, runs share the CPU,
-`--max_parallel` (default 1) at a time. A run that fails is named with the end of its log, and
-the others go on.
+`--max_parallel` defaults to the number of such slots; without (or where every run has
+`--device=cpu`), runs share the CPU, `--max_parallel` (default 1) at a time. A run that fails
+is named with the end of its log, and the others go on.
 
 `{train_dir}/{sweep}/sweep.json` keeps each run's state, flags and result. Running the same
 command again skips the runs that finished and resumes the others from their checkpoints
@@ -303,7 +303,7 @@ def build_parser() -> ToolParser:
         "--max_parallel",
         type=int,
         default=None,
-        help="runs at once (default: one per GPU slot; 1 without a GPU)",
+        help="runs at once (default: one per GPU slot; 1 without a GPU or with --device=cpu)",
     )
     p.add_argument(
         "--gpus", default=None, help="GPU indices to use, e.g. 0,1 (default: every visible GPU)"
@@ -766,6 +766,11 @@ def split_tokens(tokens: list[str]) -> tuple[list[str], list[str]]:
     return own, base
 
 
+def trains_on_the_cpu(cfg: dict[str, Any]) -> bool:
+    """Whether a run's resolved flags keep it off every GPU."""
+    return cfg.get("device") == "cpu" or cfg.get("num_gpus") == 0
+
+
 def prepare(args, base: list[str]) -> tuple[list[Run], list[Optional[str]], str]:
     """The runs (checked), the GPU slots, the sweep's folder; SweepError for bad input."""
     if not base:
@@ -788,6 +793,13 @@ def prepare(args, base: list[str]) -> tuple[list[Run], list[Optional[str]], str]
     runs = plan(args.sweep, root, base, grid, list_flags_of(base))
     check_runs(runs)
     read_earlier(folder, runs)
+    if gpus and all(trains_on_the_cpu(run.cfg) for run in runs):
+        if args.gpus is not None:
+            raise SweepError(
+                f"--gpus={args.gpus}: every run trains on the CPU (--device=cpu or "
+                "--num_gpus=0); leave --gpus out"
+            )
+        gpus = []  # CPU runs share the cores, --max_parallel at a time: no GPU slots
     slots: list[Optional[str]] = list(gpu_slots(gpus, args.gpus_per_run, args.runs_per_gpu))
     if args.max_parallel is not None and slots and args.max_parallel > len(slots):
         raise SweepError(

@@ -67,7 +67,7 @@ if __name__ == "__main__":
 def run_script(tmp_path, experiment, victim, deaths, *extra, timeout=240):
     script = tmp_path / "dying_train.py"
     script.write_text(textwrap.dedent(SCRIPT))
-    env = dict(os.environ, PYTHONPATH=ROOT)
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([ROOT, os.environ.get("PYTHONPATH", "")]))
     cmd = [sys.executable, str(script), str(tmp_path), experiment, str(victim), str(deaths)]
     return subprocess.run(
         cmd + list(extra), cwd=tmp_path, env=env, capture_output=True, text=True, timeout=timeout
@@ -202,7 +202,7 @@ sys.exit(runner_module.run(cfg))
 def test_a_stuck_runner_loop_ends_the_run_instead_of_hanging(tmp_path):
     script = tmp_path / "stuck.py"
     script.write_text(textwrap.dedent(STUCK_SCRIPT))
-    env = dict(os.environ, PYTHONPATH=ROOT)
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([ROOT, os.environ.get("PYTHONPATH", "")]))
     start = time.monotonic()
     out = subprocess.run(
         [sys.executable, str(script), str(tmp_path)],
@@ -260,7 +260,7 @@ sys.exit(runner_module.run(cfg))
 def test_a_jammed_run_restarts_itself_from_its_checkpoints(tmp_path):
     script = tmp_path / "jam.py"
     script.write_text(textwrap.dedent(JAM_SCRIPT))
-    env = dict(os.environ, PYTHONPATH=ROOT)
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([ROOT, os.environ.get("PYTHONPATH", "")]))
     env.pop("RL_PBT_JAM_RESTARTS", None)
     out = subprocess.run(
         [sys.executable, str(script), str(tmp_path)],

@@ -468,7 +468,7 @@ def test_a_child_sees_its_runner_die_under_every_start_method(tmp_path, method):
     script = tmp_path / "runner.py"
     script.write_text(WATCHED)
     out = tmp_path / "seen"
-    env = dict(os.environ, PYTHONPATH=ROOT)
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([ROOT, os.environ.get("PYTHONPATH", "")]))
     runner = subprocess.Popen([sys.executable, str(script), ROOT, method, str(out)], env=env,
                               start_new_session=True)  # fmt: skip
     try:

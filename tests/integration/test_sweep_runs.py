@@ -17,8 +17,9 @@ from pathlib import Path
 from launch.sweep import log_share
 
 ROOT = Path(__file__).resolve().parents[2]
-TINY = ["--env=CartPole-v1", "--num_workers=1", "--num_envs_per_worker=4", "--rollout=16",
-        "--batch_size=64", "--encoder_mlp_layers", "8", "--save_every_sec=5"]  # fmt: skip
+TINY = ["--env=CartPole-v1", "--device=cpu", "--num_workers=1", "--num_envs_per_worker=4",
+        "--rollout=16", "--batch_size=64", "--encoder_mlp_layers", "8",
+        "--save_every_sec=5"]  # fmt: skip
 
 
 def sweep(*argv: str, timeout: float = 240) -> subprocess.CompletedProcess:

@@ -170,7 +170,8 @@ def test_bad_input_is_one_line_exit_2_and_writes_nothing(argv, words, tmp_path, 
     assert os.listdir(tmp_path) == []
 
 
-def test_dry_run_checks_and_lists_the_runs_and_writes_nothing(tmp_path, capsys):
+def test_dry_run_checks_and_lists_the_runs_and_writes_nothing(tmp_path, capsys, monkeypatch):
+    monkeypatch.setattr(sweep, "visible_gpus", lambda: 0)  # a machine without GPUs
     argv = ["--sweep=s", "--grid", "seed=1,2", "--max_parallel=2", "--dry_run", "--",
             "--env=CartPole-v1", f"--train_dir={tmp_path}"]  # fmt: skip
     assert sweep.main(argv) == 0
@@ -219,6 +220,26 @@ def test_with_gpus_each_run_sees_its_slot_only(tmp_path, monkeypatch, capsys):
     # four slots (2 GPUs x 2 runs each) at most: a fifth is refused in one line
     assert sweep.main([*argv[:5], "--max_parallel=5", *argv[5:]]) == 2
     assert "--max_parallel=5: 4 GPU slot(s)" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("cpu_flag", ["--device=cpu", "--num_gpus=0"])
+def test_runs_on_the_cpu_share_the_cores_where_gpus_are_visible(tmp_path, monkeypatch, capsys,
+                                                                 cpu_flag):  # fmt: skip
+    """Runs kept off the GPUs take no GPU slot: --max_parallel is not bounded by the GPUs,
+    and --gpus has nothing to pick."""
+    monkeypatch.setattr(sweep, "visible_gpus", lambda: 1)
+    argv = ["--sweep=s", "--grid", "seed=1,2,3", "--max_parallel=3", "--dry_run", "--",
+            "--env=CartPole-v1", cpu_flag, f"--train_dir={tmp_path}"]  # fmt: skip
+    assert sweep.main(argv) == 0
+    assert "3 runs, 3 at a time on the CPU" in capsys.readouterr().out
+    # the same runs on the GPU: one slot, so three at a time is refused
+    gpu_argv = [a for a in argv if a != cpu_flag]
+    assert sweep.main(gpu_argv) == 2
+    assert "--max_parallel=3: 1 GPU slot(s)" in capsys.readouterr().err
+    assert sweep.main([*argv[:5], "--gpus=0", *argv[5:]]) == 2
+    err = capsys.readouterr().err
+    assert "--gpus=0: every run trains on the CPU" in err and len(err.strip().splitlines()) == 1
+    assert os.listdir(tmp_path) == []
 
 
 def test_a_train_script_whose_top_level_fails_is_named(tmp_path, capsys):
