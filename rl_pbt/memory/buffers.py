@@ -8,6 +8,7 @@ that was never written shows up in tests.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 import numpy as np
@@ -66,6 +67,54 @@ class TrajectoryBuffers:
     owner: torch.Tensor  # [S] int8
     holder: torch.Tensor  # [S] int16: the rollout worker filling the slot (-1: none)
 
+    @staticmethod
+    def layout(
+        num_slots: int,
+        rollout: int,
+        obs_spec: ObsSpec,
+        act: ActionSpec,
+        rnn_size: int,
+        recurrence: int,
+    ) -> dict[str, tuple[tuple[int, ...], torch.dtype, float]]:
+        """Each field's (shape, dtype, fill); observations as `obs.KEY`."""
+        s, t = num_slots, rollout
+        fields = {}
+        for key, shape, dtype in obs_spec.items():
+            tdt = torch_dtype(dtype)
+            fill = 255 if tdt == torch.uint8 else float("nan")
+            fields[f"obs.{key}"] = ((s, t + 1, *shape), tdt, fill)
+        act_fill = -1 if act.dtype == torch.int64 else float("nan")
+        fields.update(
+            actions=((s, t, act.dim), act.dtype, act_fill),
+            log_probs=((s, t), torch.float32, float("nan")),
+            values=((s, t + 1), torch.float32, float("nan")),
+            rewards=((s, t), torch.float32, float("nan")),
+            dones=((s, t), torch.float32, float("nan")),
+            timeouts=((s, t), torch.bool, False),
+            valid=((s, t), torch.bool, False),
+            policy_id=((s, t), torch.int16, -1),
+            policy_version=((s, t), torch.int64, -1),
+            rnn_states=((s, t // max(recurrence, 1), rnn_size), torch.float32, float("nan")),
+            late_rewards=((s,), torch.float32, 0.0),  # zeroed as a worker takes a slot
+            owner=((s,), torch.int8, FREE),
+            holder=((s,), torch.int16, -1),
+        )
+        return fields
+
+    @classmethod
+    def nbytes(
+        cls,
+        num_slots: int,
+        rollout: int,
+        obs_spec: ObsSpec,
+        act: ActionSpec,
+        rnn_size: int,
+        recurrence: int,
+    ) -> int:
+        """Bytes that `allocate` with the same arguments takes (nothing is allocated)."""
+        fields = cls.layout(num_slots, rollout, obs_spec, act, rnn_size, recurrence)
+        return sum(math.prod(shape) * dtype.itemsize for shape, dtype, _ in fields.values())
+
     @classmethod
     def allocate(
         cls,
@@ -76,33 +125,14 @@ class TrajectoryBuffers:
         rnn_size: int,
         recurrence: int,
     ) -> TrajectoryBuffers:
-        def shared(shape, dtype, fill):
-            return torch.full(shape, fill, dtype=dtype).share_memory_()
-
-        s, t = num_slots, rollout
-        obs = {}
-        for key, shape, dtype in obs_spec.items():
-            tdt = torch_dtype(dtype)
-            obs[key] = shared((s, t + 1, *shape), tdt, 255 if tdt == torch.uint8 else float("nan"))
-        act_fill = -1 if act.dtype == torch.int64 else float("nan")
-        return cls(
-            num_slots=s,
-            rollout=t,
-            obs=obs,
-            actions=shared((s, t, act.dim), act.dtype, act_fill),
-            log_probs=shared((s, t), torch.float32, float("nan")),
-            values=shared((s, t + 1), torch.float32, float("nan")),
-            rewards=shared((s, t), torch.float32, float("nan")),
-            dones=shared((s, t), torch.float32, float("nan")),
-            timeouts=shared((s, t), torch.bool, False),
-            valid=shared((s, t), torch.bool, False),
-            policy_id=shared((s, t), torch.int16, -1),
-            policy_version=shared((s, t), torch.int64, -1),
-            rnn_states=shared((s, t // max(recurrence, 1), rnn_size), torch.float32, float("nan")),
-            late_rewards=shared((s,), torch.float32, 0.0),  # zeroed as a worker takes a slot
-            owner=shared((s,), torch.int8, FREE),
-            holder=shared((s,), torch.int16, -1),
-        )
+        """The fields of `layout` in shared memory, each filled with its sentinel."""
+        layout = cls.layout(num_slots, rollout, obs_spec, act, rnn_size, recurrence)
+        fields = {
+            name: torch.full(shape, fill, dtype=dtype).share_memory_()
+            for name, (shape, dtype, fill) in layout.items()
+        }
+        obs = {name[4:]: fields.pop(name) for name in list(fields) if name.startswith("obs.")}
+        return cls(num_slots=num_slots, rollout=rollout, obs=obs, **fields)
 
     def numpy_views(self) -> dict[str, np.ndarray]:
         """Numpy arrays sharing the same memory (fast small writes in the rollout loop)."""

@@ -234,3 +234,20 @@ def physical_memory() -> Optional[int]:
         return int(os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES"))
     except (ValueError, OSError, AttributeError):
         return None
+
+
+def shared_memory_room(folder: str = "/dev/shm") -> tuple[Optional[int], str]:
+    """(bytes, what they are) that shared tensors can take at most here: the free space of
+    the folder POSIX shared memory lives in, within the machine's memory; (None, "") where
+    neither is known."""
+    memory = physical_memory()
+    try:
+        st = os.statvfs(folder)
+        free = int(st.f_bavail * st.f_frsize)
+    except (OSError, AttributeError):
+        free = None
+    if free is not None and (memory is None or free < memory):
+        return free, f"free in {folder}"
+    if memory is not None:
+        return memory, "this machine's memory"
+    return None, ""

@@ -90,6 +90,7 @@ from rl_pbt.runtime.devices import (
     physical_memory,
     resolve_inference,
     resolve_start_method,
+    shared_memory_room,
     torch_built_for_gpus,
     uses_cuda,
     visible_gpu_count,
@@ -367,6 +368,10 @@ def count_start(exp_dir: str, resuming: bool) -> int:
     os.makedirs(os.path.dirname(path), exist_ok=True)
     atomic_write_json(path, {"starts": start + 1})
     return start
+
+
+def _size(n: int) -> str:
+    return f"{n / 2**30:,.1f} GiB" if n >= 2**30 else f"{n / 2**20:,.1f} MiB"
 
 
 def prepare_experiment_dir(cfg: Cfg) -> tuple[str, bool]:
@@ -695,26 +700,31 @@ class Runner:
         )
 
     def _allocate_buffers(self, template) -> TrajectoryBuffers:
+        """The trajectory slots in shared memory, sized first: on a machine that overcommits
+        memory an allocation larger than what is free can succeed and fail later (a process
+        killed, a bus error on a full /dev/shm) instead of at once."""
         cfg = self.cfg
         traj_per_iter = cfg.batch_size * cfg.num_batches_per_epoch // cfg.rollout
         actors = cfg.num_workers * cfg.num_envs_per_worker * self.num_agents
         slots = num_slots_needed(actors, cfg.num_policies, traj_per_iter)
+        layout = (slots, cfg.rollout, template.obs_spec, template.act_spec, template.rnn_size,
+                  recurrence(cfg))  # fmt: skip
+        what = (
+            f"the trajectory buffers ({slots:,} slots of --rollout={cfg.rollout} steps, for "
+            f"{actors:,} actors and --batch_size={cfg.batch_size}) do not fit in memory"
+        )
+        advice = (
+            "lower --num_workers, --num_envs_per_worker, --rollout or --batch_size, or the "
+            "model's sizes"
+        )
+        need = TrajectoryBuffers.nbytes(*layout)
+        room, where = shared_memory_room()
+        if room is not None and need > room:
+            raise ConfigError(f"{what} ({_size(need)}, {_size(room)} {where}); {advice}")
         try:
-            return TrajectoryBuffers.allocate(
-                slots,
-                cfg.rollout,
-                template.obs_spec,
-                template.act_spec,
-                template.rnn_size,
-                recurrence(cfg),
-            )
+            return TrajectoryBuffers.allocate(*layout)
         except (MemoryError, RuntimeError) as e:
-            raise ConfigError(
-                f"the trajectory buffers ({slots:,} slots of --rollout={cfg.rollout} steps, for "
-                f"{actors:,} actors and --batch_size={cfg.batch_size}) do not fit in memory "
-                f"({one_line_error(e)}); lower --num_workers, --num_envs_per_worker, --rollout or "
-                "--batch_size, or the model's sizes"
-            ) from e
+            raise ConfigError(f"{what} ({one_line_error(e)}); {advice}") from e
 
     def _check_pbt_inputs(self):
         """The lineage to replay (returned) or the search space, checked against the env."""

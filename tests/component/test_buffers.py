@@ -1,5 +1,6 @@
 import threading
 import time
+from dataclasses import fields
 
 import gymnasium as gym
 import numpy as np
@@ -112,3 +113,16 @@ def test_read_transfer_times_out_on_a_stuck_export():
     store.transfer_seq[0] = 1  # a writer that died mid-export
     with pytest.raises(TimeoutError, match="exported state of policy 0"):
         store.read_transfer(0, timeout=0.05)
+
+
+def test_nbytes_is_what_allocate_takes():
+    """The runner sizes the buffers with nbytes before allocating them: both read one layout."""
+    spec = ObsSpec(("obs", "mask"), ((3, 5), (7,)), (np.dtype(np.uint8), np.dtype(np.float32)))
+    for act_space, rnn, rec in [(gym.spaces.Discrete(4), 0, 1),
+                                (gym.spaces.Box(-1, 1, (3,)), 16, 4)]:  # fmt: skip
+        args = (5, 8, spec, action_spec(act_space), rnn, rec)
+        b = TrajectoryBuffers.allocate(*args)
+        tensors = [*b.obs.values()] + [getattr(b, f.name) for f in fields(b)
+                                       if isinstance(getattr(b, f.name), torch.Tensor)]  # fmt: skip
+        assert TrajectoryBuffers.nbytes(*args) == sum(t.numel() * t.element_size() for t in tensors)
+        assert b.rnn_states.shape == (5, 8 // rec, rnn) and b.obs["obs"].dtype == torch.uint8

@@ -21,6 +21,7 @@ import envs  # noqa: F401  (registers the built-in envs, as launch.train does)
 from launch.train import main
 from rl_pbt.config import parse
 from rl_pbt.envs import registry
+from rl_pbt.runtime import runner
 
 ROOT = Path(__file__).resolve().parents[2]
 PBT = ["--with_pbt", "--num_policies=2"]
@@ -72,6 +73,12 @@ def unwritable(monkeypatch, tmp):
         return real(path, mode, **kw)
 
     monkeypatch.setattr(parse.os, "access", access)
+
+
+def full_shared_memory(monkeypatch, tmp):
+    # a /dev/shm with 64 KiB free: the buffers are sized and refused before any allocation
+    # (on a machine that overcommits, allocating them would succeed and fail later)
+    monkeypatch.setattr(runner, "shared_memory_room", lambda: (2**16, "free in /dev/shm"))
 
 
 def fake_configs(monkeypatch, tmp):
@@ -360,6 +367,12 @@ CASES = [
         "buffers_beyond_memory",
         ["--rollout=1000000000", "--batch_size=1000000000"],  # terabytes: refused at once
         ["trajectory buffers", "do not fit in memory", "--rollout"],
+    ),
+    Case(
+        "buffers_beyond_shared_memory",
+        ["--rollout=64", "--batch_size=4096"],
+        ["trajectory buffers", "do not fit in memory", "0.1 MiB free in /dev/shm", "--batch_size"],
+        setup=full_shared_memory,
     ),
     Case(
         "network_beyond_memory",  # built, it took minutes of swapping
