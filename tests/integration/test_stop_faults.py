@@ -10,6 +10,7 @@ import os
 import signal
 import threading
 import time
+from typing import Callable
 
 import pytest
 
@@ -64,9 +65,11 @@ def test_a_sigterm_where_exceptions_are_swallowed_still_stops_the_run(tmp_path, 
     assert checkpoint_files(tmp_path / "t")  # the learner saved at the stop
 
 
-def signal_the_learner_later(exp_dir: str, sig: int, after_s: float) -> None:
-    """In a thread: once the run's pids.json names learner 0 (within 12 s), wait `after_s`
-    (training) and send it `sig`."""
+def signal_the_learner_later(
+    exp_dir: str, sig: int, after_s: float, ready: Callable[[], bool] = lambda: True
+) -> None:
+    """In a thread: once the run's pids.json names learner 0 and `ready()` holds (within 12 s
+    each: a loaded machine starts slowly), wait `after_s` (training) and send it `sig`."""
 
     def send():
         deadline = time.monotonic() + 12
@@ -79,6 +82,9 @@ def signal_the_learner_later(exp_dir: str, sig: int, after_s: float) -> None:
                 time.sleep(0.1)
         else:
             return
+        deadline = time.monotonic() + 12
+        while not ready() and time.monotonic() < deadline:
+            time.sleep(0.05)
         time.sleep(after_s)
         os.kill(pid, sig)
 
@@ -158,9 +164,12 @@ def test_a_learner_killed_before_its_first_checkpoint_leaves_a_run_that_resumes(
     monkeypatch.setattr(runner_module, "restart_whole_run", lambda *a: None)
     exp_dir = str(tmp_path / "k")
 
-    signal_the_learner_later(exp_dir, signal.SIGKILL, 1.5)  # before a checkpoint
+    started: list[Runner] = []  # killed once it counts trained steps, before a checkpoint
+    trained = lambda: bool(started) and max(started[0].env_steps) > 0  # noqa: E731
+    signal_the_learner_later(exp_dir, signal.SIGKILL, 0.3, ready=trained)
     flags = ["--train_for_env_steps=10000000", "--train_for_seconds=15", "--save_every_sec=100000"]
     runner = Runner(tiny_cfg(tmp_path, "k", *flags))
+    started.append(runner)
     assert runner.run() == 1 and runner.jammed, "".join(capfd.readouterr())[-3000:]
     assert max(runner.env_steps) > 0 and not checkpoint_files(exp_dir)
     summary = json.loads(open(os.path.join(exp_dir, "summary.json")).read())

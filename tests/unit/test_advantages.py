@@ -7,6 +7,7 @@ import pytest
 import torch
 
 from rl_pbt.learning.advantages import gae, vtrace
+from rl_pbt.runtime.devices import probe_gpu_count
 
 SEEDS = [0, 1, 2]
 T_SIZES = [1, 5, 32]
@@ -299,7 +300,8 @@ def test_vtrace_keeps_dtype(dtype: torch.dtype) -> None:
     np.testing.assert_allclose(pg_adv.double().numpy(), exp_pg, rtol=1e-5, atol=1e-5)
 
 
-@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+@pytest.mark.cuda
+@pytest.mark.skipif(probe_gpu_count() == 0, reason="needs a CUDA device")
 def test_gae_and_vtrace_on_cuda() -> None:
     rng = np.random.default_rng(17)
     t_len, batch = 32, 7

@@ -486,6 +486,7 @@ def cuda_checks(tmp: str) -> None:
             assert np.isfinite(train_losses(other, 1)).all()
 
 
+@pytest.mark.cuda
 @pytest.mark.skipif(probe_gpu_count() == 0, reason="needs a CUDA device")
 def test_cuda_hot_path(tmp_path):
     # in a child process: CUDA stays out of the test runner, whose forked children must not
