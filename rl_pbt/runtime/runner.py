@@ -720,6 +720,8 @@ class Runner:
         need = TrajectoryBuffers.nbytes(*layout)
         room, where = shared_memory_room()
         if room is not None and need > room:
+            if where.startswith("free in"):  # a container's /dev/shm is often 64 MiB
+                advice += "; or give /dev/shm more room (docker run --shm-size=8g)"
             raise ConfigError(f"{what} ({_size(need)}, {_size(room)} {where}); {advice}")
         try:
             return TrajectoryBuffers.allocate(*layout)
