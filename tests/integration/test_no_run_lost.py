@@ -88,7 +88,7 @@ def _ignore_sigint():
     signal.signal(signal.SIGINT, signal.SIG_IGN)
 
 
-def _start_run(tmp_path, steps, ignore_sigint=False):
+def _start_run(tmp_path, steps, ignore_sigint=False, extra=()):
     cmd = [
         sys.executable,
         "-m",
@@ -104,6 +104,7 @@ def _start_run(tmp_path, steps, ignore_sigint=False):
         "--status_interval=1",
         f"--train_dir={tmp_path}",
         "--experiment=term",
+        *extra,
     ]
     log = open(tmp_path / f"log_{steps}.txt", "w")
     return subprocess.Popen(
@@ -157,9 +158,13 @@ def test_a_run_started_with_sigint_ignored_ignores_it_in_every_process(tmp_path)
     assert all(t > 0 for t in _trained(tmp_path / "term"))  # SIGTERM still stops and saves
 
 
-@pytest.mark.parametrize("target", ["group", "main"])
-def test_sigterm_saves_everything_and_the_run_resumes(tmp_path, target):
-    proc = _start_run(tmp_path, 10_000_000)
+@pytest.mark.parametrize(
+    "target, extra",
+    [("group", []), ("main", []), ("group", ["--mp_start_method=forkserver"])],
+    ids=["group", "main", "group_forkserver"],  # forkserver: the start method on CUDA
+)
+def test_sigterm_saves_everything_and_the_run_resumes(tmp_path, target, extra):
+    proc = _start_run(tmp_path, 10_000_000, extra=extra)
     exp = tmp_path / "term"
     _wait_trained(tmp_path, 10_000_000)  # until both learners trained a little
     if target == "group":
