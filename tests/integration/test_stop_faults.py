@@ -7,10 +7,12 @@ import errno
 import glob
 import json
 import os
+import re
 import signal
+import subprocess
+import sys
 import threading
 import time
-from typing import Callable
 
 import pytest
 
@@ -20,6 +22,8 @@ from rl_pbt.learning.checkpoints import latest_checkpoint, read_checkpoint
 from rl_pbt.runtime import runner as runner_module
 from rl_pbt.runtime.runner import Runner
 from tests.small_run import SERIAL_CARTPOLE
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 TINY = ["--env=CartPole-v1", "--num_workers=1", "--num_envs_per_worker=2", "--rollout=8",
         "--batch_size=16", "--encoder_mlp_layers", "8", "--mp_start_method=fork",
@@ -65,11 +69,9 @@ def test_a_sigterm_where_exceptions_are_swallowed_still_stops_the_run(tmp_path, 
     assert checkpoint_files(tmp_path / "t")  # the learner saved at the stop
 
 
-def signal_the_learner_later(
-    exp_dir: str, sig: int, after_s: float, ready: Callable[[], bool] = lambda: True
-) -> None:
-    """In a thread: once the run's pids.json names learner 0 and `ready()` holds (within 12 s
-    each: a loaded machine starts slowly), wait `after_s` (training) and send it `sig`."""
+def signal_the_learner_later(exp_dir: str, sig: int, after_s: float) -> None:
+    """In a thread: once the run's pids.json names learner 0 (within 12 s), wait `after_s`
+    (training) and send it `sig`."""
 
     def send():
         deadline = time.monotonic() + 12
@@ -82,9 +84,6 @@ def signal_the_learner_later(
                 time.sleep(0.1)
         else:
             return
-        deadline = time.monotonic() + 12
-        while not ready() and time.monotonic() < deadline:
-            time.sleep(0.05)
         time.sleep(after_s)
         os.kill(pid, sig)
 
@@ -155,25 +154,41 @@ def test_a_checkpoint_that_cannot_be_written_stops_the_run_in_one_line(
     assert summary["policies"]["0"]["env_steps"] == kept  # what a resume starts from
 
 
-def test_a_learner_killed_before_its_first_checkpoint_leaves_a_run_that_resumes(
-    tmp_path, monkeypatch, capfd
-):
+def test_a_learner_killed_before_its_first_checkpoint_leaves_a_run_that_resumes(tmp_path):
     """summary.json counts the steps the checkpoints hold: a learner killed outright before
-    its first save leaves 0, and the restart (or a re-run) resumes instead of being refused
-    for a policy that trained but has no checkpoint."""
-    monkeypatch.setattr(runner_module, "restart_whole_run", lambda *a: None)
+    its first save leaves 0, and a re-run resumes instead of being refused for a policy that
+    trained but has no checkpoint. The run is a child process: a learner killed inside a
+    shared queue's operation leaves that queue locked, and the runner's watchdog then ends
+    the runner's process, which must not be the test runner."""
     exp_dir = str(tmp_path / "k")
-
-    started: list[Runner] = []  # killed once it counts trained steps, before a checkpoint
-    trained = lambda: bool(started) and max(started[0].env_steps) > 0  # noqa: E731
-    signal_the_learner_later(exp_dir, signal.SIGKILL, 0.3, ready=trained)
-    flags = ["--train_for_env_steps=10000000", "--train_for_seconds=15", "--save_every_sec=100000"]
-    runner = Runner(tiny_cfg(tmp_path, "k", *flags))
-    started.append(runner)
-    assert runner.run() == 1 and runner.jammed, "".join(capfd.readouterr())[-3000:]
-    assert max(runner.env_steps) > 0 and not checkpoint_files(exp_dir)
-    summary = json.loads(open(os.path.join(exp_dir, "summary.json")).read())
-    assert summary["policies"]["0"]["env_steps"] == 0
+    log_path = tmp_path / "log.txt"
+    cmd = [sys.executable, "-m", "launch.train", *TINY, f"--train_dir={tmp_path}",
+           "--experiment=k", "--train_for_env_steps=10000000", "--train_for_seconds=60",
+           "--save_every_sec=100000", "--restart_on_jam=False",
+           "--heartbeat_timeout=10"]  # fmt: skip
+    with open(log_path, "w") as log:
+        proc = subprocess.Popen(cmd, cwd=ROOT, stdout=log, stderr=subprocess.STDOUT,
+                                start_new_session=True)  # fmt: skip
+    try:
+        deadline = time.monotonic() + 60
+        # killed once a status line counts frames ("[1s] 2.4k frames"), long before a
+        # checkpoint (--save_every_sec)
+        while not re.search(r"\] [1-9][\d.]*k? frames", log_path.read_text()):
+            assert time.monotonic() < deadline and proc.poll() is None, log_path.read_text()
+            time.sleep(0.1)
+        with open(os.path.join(exp_dir, "pids.json")) as f:
+            os.kill(json.load(f)["learner_0"], signal.SIGKILL)
+        assert proc.wait(timeout=90) == 1
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+    text = log_path.read_text()
+    assert not checkpoint_files(exp_dir), text[-3000:]
+    if "learner 0 died (exit code -9)" in text:  # killed outside a queue operation
+        summary = json.loads(open(os.path.join(exp_dir, "summary.json")).read())
+        assert summary["policies"]["0"]["env_steps"] == 0, text[-3000:]
+    else:  # inside one: the queue stayed locked, the watchdog ended the run, nothing saved
+        assert "the runner's loop has not moved for" in text, text[-3000:]
     again = Runner(tiny_cfg(tmp_path, "k", "--train_for_env_steps=200"))  # not refused
     assert again.resuming and again.run() == 0
     assert checkpoint_files(exp_dir)
