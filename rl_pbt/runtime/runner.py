@@ -159,6 +159,32 @@ def _is_learner(process_name: str) -> bool:
     return process_name.startswith("learner")
 
 
+def pid_running(pid: int) -> bool:
+    """Whether process `pid` still runs (a zombie, ended and not yet reaped, does not)."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] not in ("Z", "X")
+    except (OSError, IndexError):
+        pass
+    try:  # no /proc (macOS): whether the pid exists
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def wait_until_ended(pids: list[int], deadline: float) -> list[int]:
+    """Wait (until time.time() passes `deadline`) for the processes themselves to end; the
+    pids still running then."""
+    running = [pid for pid in pids if pid_running(pid)]
+    while running and time.time() < deadline:
+        time.sleep(0.05)
+        running = [pid for pid in running if pid_running(pid)]
+    return running
+
+
 class ComponentFailure(RuntimeError):
     pass
 
@@ -1366,6 +1392,11 @@ class Runner:
             proc.join(timeout=HUNG_STOP_GRACE_S)
             if proc.is_alive():
                 proc.kill()
+        # under forkserver a child's end is read from the fork server: a SIGTERM to the whole
+        # process group ends the server, and every child then looks ended while the learners
+        # still write their checkpoints, which the side state below counts
+        learners = [proc.pid for proc in self.processes if _is_learner(proc.name) and proc.pid]
+        wait_until_ended(learners, start + STOP_GRACE_S)
         self._consume_reports(raise_errors=False)
         self._save_side_state()
         self.stats.status_line(

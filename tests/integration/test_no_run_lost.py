@@ -20,7 +20,7 @@ from rl_pbt.config.parse import ConfigError
 from rl_pbt.learning.checkpoints import load_latest_checkpoint
 from rl_pbt.learning.learner_process import LearnerHost
 from rl_pbt.pbt.lineage import read_events
-from rl_pbt.runtime.runner import Runner, _MergedQueue
+from rl_pbt.runtime.runner import Runner, _MergedQueue, wait_until_ended
 from tests.small_run import SMALL_RUN
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -418,3 +418,17 @@ def test_a_run_killed_before_its_stop_resumes_its_frames_and_episodes(tmp_path, 
     for p in range(2):
         episodes = (before["policies"][str(p)]["episodes"], after["policies"][str(p)]["episodes"])
         assert episodes[1] > episodes[0] > 0, episodes
+
+
+def test_the_stop_waits_for_the_learners_processes_themselves():
+    """Under forkserver the runner reads a child's end from the fork server; a SIGTERM to the
+    group ends the server, and the learners then look ended while they still save: the stop
+    waits for their processes. An ended process not yet reaped (a zombie) counts as ended."""
+    slow = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(1.5)"])
+    try:
+        assert wait_until_ended([slow.pid], time.time() + 0.2) == [slow.pid]  # still running
+        assert wait_until_ended([slow.pid], time.time() + 30) == []
+        assert slow.poll() == 0  # it had ended: a zombie until reaped here
+    finally:
+        slow.kill()
+        slow.wait()
