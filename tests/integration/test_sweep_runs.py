@@ -143,9 +143,9 @@ def test_a_sweep_killed_outright_stops_its_runs_with_their_work_saved(tmp_path):
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)  # fmt: skip
     folder = tmp_path / "k"
     deadline = time.time() + 120
-    while time.time() < deadline:
-        logs = [folder / f"seed_{s}.log" for s in (1, 2)]
-        if all(p.exists() and "frames" in p.read_text() for p in logs):
+    while time.time() < deadline:  # both runs have trained (not only started: "0 frames")
+        shares = [log_share(str(folder / f"seed_{s}.log")) for s in (1, 2)]
+        if all(share is not None and share > 0 for share in shares):
             break
         time.sleep(0.5)
     else:
