@@ -101,19 +101,10 @@ class TrajectoryBuffers:
         )
         return fields
 
-    @classmethod
-    def nbytes(
-        cls,
-        num_slots: int,
-        rollout: int,
-        obs_spec: ObsSpec,
-        act: ActionSpec,
-        rnn_size: int,
-        recurrence: int,
-    ) -> int:
-        """Bytes that `allocate` with the same arguments takes (nothing is allocated)."""
-        fields = cls.layout(num_slots, rollout, obs_spec, act, rnn_size, recurrence)
-        return sum(math.prod(shape) * dtype.itemsize for shape, dtype, _ in fields.values())
+    @staticmethod
+    def nbytes(layout: dict[str, tuple[tuple[int, ...], torch.dtype, float]]) -> int:
+        """Bytes that the fields of a `layout` take (nothing is allocated)."""
+        return sum(math.prod(shape) * dtype.itemsize for shape, dtype, _ in layout.values())
 
     @classmethod
     def allocate(

@@ -733,7 +733,7 @@ class Runner:
         traj_per_iter = cfg.batch_size * cfg.num_batches_per_epoch // cfg.rollout
         actors = cfg.num_workers * cfg.num_envs_per_worker * self.num_agents
         slots = num_slots_needed(actors, cfg.num_policies, traj_per_iter)
-        layout = (slots, cfg.rollout, template.obs_spec, template.act_spec, template.rnn_size,
+        sizes = (slots, cfg.rollout, template.obs_spec, template.act_spec, template.rnn_size,
                   recurrence(cfg))  # fmt: skip
         what = (
             f"the trajectory buffers ({slots:,} slots of --rollout={cfg.rollout} steps, for "
@@ -743,14 +743,14 @@ class Runner:
             "lower --num_workers, --num_envs_per_worker, --rollout or --batch_size, or the "
             "model's sizes"
         )
-        need = TrajectoryBuffers.nbytes(*layout)
+        need = TrajectoryBuffers.nbytes(TrajectoryBuffers.layout(*sizes))
         room, where = shared_memory_room()
         if room is not None and need > room:
             if where.startswith("free in"):  # a container's /dev/shm is often 64 MiB
                 advice += "; or give /dev/shm more room (docker run --shm-size=8g)"
             raise ConfigError(f"{what} ({_size(need)}, {_size(room)} {where}); {advice}")
         try:
-            return TrajectoryBuffers.allocate(*layout)
+            return TrajectoryBuffers.allocate(*sizes)
         except (MemoryError, RuntimeError) as e:
             raise ConfigError(f"{what} ({one_line_error(e)}); {advice}") from e
 

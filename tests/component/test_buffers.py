@@ -124,5 +124,7 @@ def test_nbytes_is_what_allocate_takes():
         b = TrajectoryBuffers.allocate(*args)
         tensors = [*b.obs.values()] + [getattr(b, f.name) for f in fields(b)
                                        if isinstance(getattr(b, f.name), torch.Tensor)]  # fmt: skip
-        assert TrajectoryBuffers.nbytes(*args) == sum(t.numel() * t.element_size() for t in tensors)
+        assert TrajectoryBuffers.nbytes(TrajectoryBuffers.layout(*args)) == sum(
+            t.numel() * t.element_size() for t in tensors
+        )
         assert b.rnn_states.shape == (5, 8 // rec, rnn) and b.obs["obs"].dtype == torch.uint8
