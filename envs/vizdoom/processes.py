@@ -25,6 +25,8 @@ try:
 except ImportError:  # pragma: no cover - not on POSIX
     fcntl = None
 
+from rl_pbt.runtime.heartbeat import pid_running
+
 PORT_SPAN = 20000
 _ports_lock = threading.Lock()
 _ports_in_use: set[int] = set()
@@ -159,14 +161,6 @@ def _cmdline(pid: int) -> list[str]:
         return []
 
 
-def _is_zombie(pid: int) -> bool:
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            return f.read().rsplit(")", 1)[1].split()[0] in ("Z", "X")
-    except (OSError, IndexError):
-        return True
-
-
 def descendant_pids() -> list[int]:
     if psutil is not None:
         try:
@@ -184,7 +178,7 @@ def doom_pids(markers: Iterable[tuple[str, str]] = ()) -> list[int]:
     found = []
     for pid in descendant_pids():
         args = _cmdline(pid)
-        if not args or "vizdoom" not in os.path.basename(args[0]) or _is_zombie(pid):
+        if not args or "vizdoom" not in os.path.basename(args[0]) or not pid_running(pid):
             continue
         if markers and not any(_has_pair(args, m) for m in markers):
             continue
@@ -259,7 +253,7 @@ def _outlived_owner(pid: int, args: list[str]) -> bool:
     owner_start, start = _start_time(owner), _start_time(pid)
     if start is None:
         return False
-    return owner_start is None or owner_start > start or _is_zombie(owner)
+    return owner_start is None or owner_start > start or not pid_running(owner)
 
 
 def kill_orphans() -> list[int]:
@@ -270,7 +264,7 @@ def kill_orphans() -> list[int]:
     for entry in os.listdir("/proc"):
         if entry.isdigit() and int(entry) != os.getpid() and _own_process(int(entry)):
             args = _cmdline(int(entry))
-            if args and "vizdoom" in os.path.basename(args[0]) and not _is_zombie(int(entry)):
+            if args and "vizdoom" in os.path.basename(args[0]) and pid_running(int(entry)):
                 if _outlived_owner(int(entry), args):
                     orphans.append(int(entry))
     if orphans:
@@ -327,7 +321,7 @@ def kill_pids(pids: Iterable[int], wait: float = 3.0) -> list[int]:
                 if done == pid:
                     pending.discard(pid)
             except ChildProcessError:  # not our child, or already reaped by vizdoom
-                if not os.path.exists(f"/proc/{pid}") or _is_zombie(pid):
+                if not pid_running(pid):
                     pending.discard(pid)
             except OSError as e:  # pragma: no cover - unusual platforms
                 if e.errno == errno.ECHILD:

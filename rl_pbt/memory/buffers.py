@@ -32,6 +32,8 @@ SAMPLE_FIELDS = (
     "rnn_states",
     "late_rewards",
 )
+# each field's (shape, dtype, fill), observations as "obs.KEY" (TrajectoryBuffers.layout)
+Layout = dict[str, tuple[tuple[int, ...], torch.dtype, float]]
 OWNER_NAMES = {
     FREE: "free pool",
     WORKER: "rollout worker",
@@ -75,7 +77,7 @@ class TrajectoryBuffers:
         act: ActionSpec,
         rnn_size: int,
         recurrence: int,
-    ) -> dict[str, tuple[tuple[int, ...], torch.dtype, float]]:
+    ) -> Layout:
         """Each field's (shape, dtype, fill); observations as `obs.KEY`."""
         s, t = num_slots, rollout
         fields = {}
@@ -102,27 +104,19 @@ class TrajectoryBuffers:
         return fields
 
     @staticmethod
-    def nbytes(layout: dict[str, tuple[tuple[int, ...], torch.dtype, float]]) -> int:
+    def nbytes(layout: Layout) -> int:
         """Bytes that the fields of a `layout` take (nothing is allocated)."""
         return sum(math.prod(shape) * dtype.itemsize for shape, dtype, _ in layout.values())
 
     @classmethod
-    def allocate(
-        cls,
-        num_slots: int,
-        rollout: int,
-        obs_spec: ObsSpec,
-        act: ActionSpec,
-        rnn_size: int,
-        recurrence: int,
-    ) -> TrajectoryBuffers:
-        """The fields of `layout` in shared memory, each filled with its sentinel."""
-        layout = cls.layout(num_slots, rollout, obs_spec, act, rnn_size, recurrence)
+    def allocate(cls, layout: Layout) -> TrajectoryBuffers:
+        """The fields of a `layout` in shared memory, each filled with its sentinel."""
         fields = {
             name: torch.full(shape, fill, dtype=dtype).share_memory_()
             for name, (shape, dtype, fill) in layout.items()
         }
         obs = {name[4:]: fields.pop(name) for name in list(fields) if name.startswith("obs.")}
+        num_slots, rollout = layout["rewards"][0]
         return cls(num_slots=num_slots, rollout=rollout, obs=obs, **fields)
 
     def numpy_views(self) -> dict[str, np.ndarray]:

@@ -46,6 +46,32 @@ ACTIVITIES = [
 ALL_POLICIES, SNAPSHOT_PASS = -1, -2
 
 
+def pid_running(pid: int) -> bool:
+    """Whether process `pid` still runs (a zombie, ended and not yet reaped, does not)."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] not in ("Z", "X")
+    except (OSError, IndexError):
+        pass
+    try:  # no /proc (macOS): whether the pid exists
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def wait_until_ended(pids: list[int], deadline: float) -> list[int]:
+    """Wait (until time.time() passes `deadline`) for the processes themselves to end; the
+    pids still running then."""
+    running = [pid for pid in pids if pid_running(pid)]
+    while running and time.time() < deadline:
+        time.sleep(0.05)
+        running = [pid for pid in running if pid_running(pid)]
+    return running
+
+
 class Heartbeats:
     def __init__(self, names: list[str]):
         self.names = list(names)

@@ -159,32 +159,6 @@ def _is_learner(process_name: str) -> bool:
     return process_name.startswith("learner")
 
 
-def pid_running(pid: int) -> bool:
-    """Whether process `pid` still runs (a zombie, ended and not yet reaped, does not)."""
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            return f.read().rsplit(")", 1)[1].split()[0] not in ("Z", "X")
-    except (OSError, IndexError):
-        pass
-    try:  # no /proc (macOS): whether the pid exists
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
-
-
-def wait_until_ended(pids: list[int], deadline: float) -> list[int]:
-    """Wait (until time.time() passes `deadline`) for the processes themselves to end; the
-    pids still running then."""
-    running = [pid for pid in pids if pid_running(pid)]
-    while running and time.time() < deadline:
-        time.sleep(0.05)
-        running = [pid for pid in running if pid_running(pid)]
-    return running
-
-
 class ComponentFailure(RuntimeError):
     pass
 
@@ -733,8 +707,9 @@ class Runner:
         traj_per_iter = cfg.batch_size * cfg.num_batches_per_epoch // cfg.rollout
         actors = cfg.num_workers * cfg.num_envs_per_worker * self.num_agents
         slots = num_slots_needed(actors, cfg.num_policies, traj_per_iter)
-        sizes = (slots, cfg.rollout, template.obs_spec, template.act_spec, template.rnn_size,
-                  recurrence(cfg))  # fmt: skip
+        layout = TrajectoryBuffers.layout(slots, cfg.rollout, template.obs_spec,
+                                          template.act_spec, template.rnn_size,
+                                          recurrence(cfg))  # fmt: skip
         what = (
             f"the trajectory buffers ({slots:,} slots of --rollout={cfg.rollout} steps, for "
             f"{actors:,} actors and --batch_size={cfg.batch_size}) do not fit in memory"
@@ -743,14 +718,14 @@ class Runner:
             "lower --num_workers, --num_envs_per_worker, --rollout or --batch_size, or the "
             "model's sizes"
         )
-        need = TrajectoryBuffers.nbytes(TrajectoryBuffers.layout(*sizes))
+        need = TrajectoryBuffers.nbytes(layout)
         room, where = shared_memory_room()
         if room is not None and need > room:
             if where.startswith("free in"):  # a container's /dev/shm is often 64 MiB
                 advice += "; or give /dev/shm more room (docker run --shm-size=8g)"
             raise ConfigError(f"{what} ({_size(need)}, {_size(room)} {where}); {advice}")
         try:
-            return TrajectoryBuffers.allocate(*sizes)
+            return TrajectoryBuffers.allocate(layout)
         except (MemoryError, RuntimeError) as e:
             raise ConfigError(f"{what} ({one_line_error(e)}); {advice}") from e
 
@@ -1396,7 +1371,7 @@ class Runner:
         # process group ends the server, and every child then looks ended while the learners
         # still write their checkpoints, which the side state below counts
         learners = [proc.pid for proc in self.processes if _is_learner(proc.name) and proc.pid]
-        wait_until_ended(learners, start + STOP_GRACE_S)
+        hb.wait_until_ended(learners, start + STOP_GRACE_S)
         self._consume_reports(raise_errors=False)
         self._save_side_state()
         self.stats.status_line(

@@ -24,7 +24,8 @@ from rl_pbt.runtime.messages import LocalQueue
 
 def make_buffers(slots=6):
     spec = ObsSpec(("obs",), ((3,),), (np.dtype(np.float32),))
-    return TrajectoryBuffers.allocate(slots, 4, spec, action_spec(gym.spaces.Discrete(2)), 0, 1)
+    layout = TrajectoryBuffers.layout(slots, 4, spec, action_spec(gym.spaces.Discrete(2)), 0, 1)
+    return TrajectoryBuffers.allocate(layout)
 
 
 def test_fresh_buffers_hold_sentinels():
@@ -121,7 +122,7 @@ def test_nbytes_is_what_allocate_takes():
     for act_space, rnn, rec in [(gym.spaces.Discrete(4), 0, 1),
                                 (gym.spaces.Box(-1, 1, (3,)), 16, 4)]:  # fmt: skip
         args = (5, 8, spec, action_spec(act_space), rnn, rec)
-        b = TrajectoryBuffers.allocate(*args)
+        b = TrajectoryBuffers.allocate(TrajectoryBuffers.layout(*args))
         tensors = [*b.obs.values()] + [getattr(b, f.name) for f in fields(b)
                                        if isinstance(getattr(b, f.name), torch.Tensor)]  # fmt: skip
         assert TrajectoryBuffers.nbytes(TrajectoryBuffers.layout(*args)) == sum(

@@ -20,7 +20,8 @@ from rl_pbt.config.parse import ConfigError
 from rl_pbt.learning.checkpoints import load_latest_checkpoint
 from rl_pbt.learning.learner_process import LearnerHost
 from rl_pbt.pbt.lineage import read_events
-from rl_pbt.runtime.runner import Runner, _MergedQueue, wait_until_ended
+from rl_pbt.runtime.heartbeat import wait_until_ended
+from rl_pbt.runtime.runner import Runner, _MergedQueue
 from tests.small_run import SMALL_RUN
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))

@@ -61,7 +61,9 @@ def make_learner(
     torch.manual_seed(0)
     model = make_actor_critic(obs_space, ACTIONS, cfg)
     buffers = TrajectoryBuffers.allocate(
-        24, ROLLOUT, model.obs_spec, model.act_spec, model.rnn_size, recurrence(cfg)
+        TrajectoryBuffers.layout(
+            24, ROLLOUT, model.obs_spec, model.act_spec, model.rnn_size, recurrence(cfg)
+        )
     )
     pool = SlotPool(buffers, LocalQueue())
     pool.fill()
