@@ -10,8 +10,10 @@ combination, in order), in its own experiment `{train_dir}/{sweep}/{run}/`, its 
 Every run's flags are checked before the first one starts. With GPUs, each run gets
 `--gpus_per_run` of them (`CUDA_VISIBLE_DEVICES`), `--runs_per_gpu` runs share one, and
 `--max_parallel` defaults to the number of such slots; without (or where every run has
-`--device=cpu`), runs share the CPU, `--max_parallel` (default 1) at a time. A run that fails
-is named with the end of its log, and the others go on.
+`--device=cpu` or `--num_gpus=0`), runs share the CPU, `--max_parallel` (default 1) at a time.
+In a grid of both kinds (`--grid device=cpu,gpu`), the runs kept off the GPUs take no GPU slot:
+`--max_parallel` bounds all the runs at once and may exceed the slots, the room above them
+going to those runs. A run that fails is named with the end of its log, and the others go on.
 
 `{train_dir}/{sweep}/sweep.json` keeps each run's state, flags and result. Running the same
 command again skips the runs that finished and resumes the others from their checkpoints
@@ -303,7 +305,8 @@ def build_parser() -> ToolParser:
         "--max_parallel",
         type=int,
         default=None,
-        help="runs at once (default: one per GPU slot; 1 without a GPU or with --device=cpu)",
+        help="runs at once (default: one per GPU slot; 1 without a GPU or with --device=cpu); "
+        "above the GPU slots where some runs train on the CPU",
     )
     p.add_argument(
         "--gpus", default=None, help="GPU indices to use, e.g. 0,1 (default: every visible GPU)"
@@ -450,13 +453,15 @@ class Sweep:
         name: str,
         folder: str,
         runs: list[Run],
-        slots: list[Optional[str]],
+        slots: list[str],
+        limit: int,
         status_interval: float,
         train_script: Optional[str],
     ):
         self.name, self.folder, self.runs = name, folder, runs
-        self.free = list(slots)
-        self.slots = len(slots)
+        self.free = list(slots)  # the GPU slots not taken (none on the CPU)
+        self.limit = limit  # runs at once, of both kinds
+        self.gpu_runs = bool(slots)  # whether runs not kept off the GPUs take a slot
         self.status_interval = status_interval
         self.program = (
             [sys.executable, train_script]
@@ -507,8 +512,15 @@ class Sweep:
                 pass
 
     # -- runs -----------------------------------------------------------------------------
+    def needs_slot(self, run: Run) -> bool:
+        return self.gpu_runs and not trains_on_the_cpu(run.cfg)
+
+    def can_start(self, run: Run) -> bool:
+        running = sum(r.state == "running" for r in self.runs)
+        return running < self.limit and (bool(self.free) or not self.needs_slot(run))
+
     def start(self, run: Run) -> None:
-        run.slot = self.free.pop(0)
+        run.slot = self.free.pop(0) if self.needs_slot(run) else None
         env = dict(os.environ, PYTHONUNBUFFERED="1")
         if run.slot is not None:
             env["CUDA_VISIBLE_DEVICES"] = run.slot
@@ -529,12 +541,15 @@ class Sweep:
         if self.stop_signal is not None:  # the stop came while it was being started
             self.signal_run(run, self.stop_signal)
         where = f" on GPU {run.slot}" if run.slot is not None else ""
+        if run.slot is None and self.gpu_runs:
+            where = " on the CPU"
         self.say(f"start {run.name}{where} (log: {log_path})")
         self.save()
 
     def finish(self, run: Run, code: int) -> None:
         run.log.close()
-        self.free.append(run.slot)
+        if run.slot is not None:
+            self.free.append(run.slot)
         run.exit_code, run.seconds = code, time.time() - run.started
         if code == 0:
             run.state = "done"
@@ -580,7 +595,7 @@ class Sweep:
                 fulls.append(1.0 / rate)
             shares.append(f"{run.name} {share:.0%}")
         full = sum(fulls) / len(fulls) if fulls else None
-        left = eta(remaining, counts.get("waiting", 0), full, self.slots)
+        left = eta(remaining, counts.get("waiting", 0), full, self.limit)
         text = f"sweep {self.name}: " + ", ".join(parts)
         if left is not None:
             text += f" | ETA {fmt_duration(left)}"
@@ -605,7 +620,7 @@ class Sweep:
         earlier = sum(r.state == "done earlier" for r in self.runs)
         self.say(
             f"sweep {self.name}: {plural(len(self.runs), 'run')} ({earlier} done earlier), "
-            f"{len(self.free)} at a time, in {self.folder}"
+            f"{self.limit} at a time, in {self.folder}"
         )
         self.save()
         handlers = {}
@@ -622,7 +637,7 @@ class Sweep:
                     if run.state == "running" and run.proc.poll() is not None:
                         self.finish(run, run.proc.returncode)
                 for run in self.runs:
-                    if self.stop_signal is None and run.state == "waiting" and self.free:
+                    if self.stop_signal is None and run.state == "waiting" and self.can_start(run):
                         self.start(run)
                 running = [r for r in self.runs if r.state == "running"]
                 if not running and (
@@ -771,8 +786,9 @@ def trains_on_the_cpu(cfg: dict[str, Any]) -> bool:
     return cfg.get("device") == "cpu" or cfg.get("num_gpus") == 0
 
 
-def prepare(args, base: list[str]) -> tuple[list[Run], list[Optional[str]], str]:
-    """The runs (checked), the GPU slots, the sweep's folder; SweepError for bad input."""
+def prepare(args, base: list[str]) -> tuple[list[Run], list[str], int, str]:
+    """The runs (checked), the GPU slots (none on the CPU), how many runs at once, the sweep's
+    folder; SweepError for bad input."""
     if not base:
         raise SweepError("give the training flags after '--', e.g. -- --env=CartPole-v1")
     gpus = check_args(args, base)
@@ -793,25 +809,46 @@ def prepare(args, base: list[str]) -> tuple[list[Run], list[Optional[str]], str]
     runs = plan(args.sweep, root, base, grid, list_flags_of(base))
     check_runs(runs)
     read_earlier(folder, runs)
-    if gpus and all(trains_on_the_cpu(run.cfg) for run in runs):
+    on_cpu = [trains_on_the_cpu(run.cfg) for run in runs]
+    if gpus and all(on_cpu):
         if args.gpus is not None:
             raise SweepError(
                 f"--gpus={args.gpus}: every run trains on the CPU (--device=cpu or "
                 "--num_gpus=0); leave --gpus out"
             )
         gpus = []  # CPU runs share the cores, --max_parallel at a time: no GPU slots
-    slots: list[Optional[str]] = list(gpu_slots(gpus, args.gpus_per_run, args.runs_per_gpu))
+    slots = gpu_slots(gpus, args.gpus_per_run, args.runs_per_gpu)
     if args.max_parallel is not None and slots and args.max_parallel > len(slots):
-        raise SweepError(
-            f"--max_parallel={args.max_parallel}: {len(slots)} GPU slot(s) ({len(gpus)} "
-            f"GPU(s), --gpus_per_run={args.gpus_per_run}, --runs_per_gpu={args.runs_per_gpu}); "
-            "raise --runs_per_gpu to share a GPU"
-        )
+        if not any(on_cpu):  # the room above the slots is for runs kept off the GPUs
+            raise SweepError(
+                f"--max_parallel={args.max_parallel}: {len(slots)} GPU slot(s) ({len(gpus)} "
+                f"GPU(s), --gpus_per_run={args.gpus_per_run}, --runs_per_gpu="
+                f"{args.runs_per_gpu}); raise --runs_per_gpu to share a GPU"
+            )
     ids = cuda_ids(max(gpus, default=-1) + 1)  # as the runs' CUDA_VISIBLE_DEVICES names them
     slots = [",".join(ids[int(g)] for g in slot.split(",")) for slot in slots]
-    if args.max_parallel is not None:
-        slots = slots[: args.max_parallel] if slots else [None] * args.max_parallel
-    return runs, slots or [None], folder
+    limit = args.max_parallel or len(slots) or 1
+    return runs, slots[:limit], limit, folder
+
+
+def core_note(runs: list[Run], limit: int, cores: Optional[int]) -> Optional[str]:
+    """A line for runs at once that start more training processes (rollout workers and
+    learners) than the machine has cores; None where they fit, or one run at a time."""
+    if limit < 2 or not cores:
+        return None
+    sizes = sorted(
+        (int(r.cfg.get("num_workers") or 0) + int(r.cfg.get("num_policies") or 1) for r in runs
+         if r.state not in FINISHED),
+        reverse=True,
+    )  # fmt: skip
+    at_once = sizes[:limit]
+    if len(at_once) < 2 or sum(at_once) <= cores:
+        return None
+    return (
+        f"note: {len(at_once)} runs at once start up to {sum(at_once)} training processes "
+        f"(rollout workers and learners) on {cores} cores: they share them, so each run is "
+        "slower than alone; a lower --max_parallel (or --num_workers) gives each run more"
+    )
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -819,7 +856,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         own, base = split_tokens(tokens)
         args = build_parser().parse_args(own)
-        runs, slots, folder = prepare(args, base)
+        runs, slots, limit, folder = prepare(args, base)
     except SweepError as e:
         print(f"{PROG}: error: {e}", file=sys.stderr)
         return 2
@@ -830,11 +867,14 @@ def main(argv: list[str] | None = None) -> int:
         for run in runs:
             state = " (done earlier)" if run.state == "done earlier" else ""
             print(f"{run.name}{state}: {' '.join(run.argv)}")
-        where = [s for s in slots if s is not None]
-        print(
-            f"{plural(len(runs), 'run')}, {len(slots)} at a time"
-            + (f" on GPU slots {', '.join(where)}" if where else " on the CPU")
-        )
+        on_cpu = sum(trains_on_the_cpu(run.cfg) for run in runs)
+        where = f" on GPU slots {', '.join(slots)}" if slots else " on the CPU"
+        if slots and on_cpu:
+            where += f" ({plural(on_cpu, 'run')} on the CPU, taking no slot)"
+        print(f"{plural(len(runs), 'run')}, {limit} at a time{where}")
+        note = core_note(runs, limit, os.cpu_count())
+        if note:
+            print(note)
         return 0
     root = os.path.dirname(folder)
     lock = RunLock(root, args.sweep)  # one sweep (or run) per folder at a time
@@ -851,8 +891,11 @@ def main(argv: list[str] | None = None) -> int:
         print(f"{PROG}: error: --sweep={args.sweep}: {e}", file=sys.stderr)
         return 2
     try:
+        note = core_note(runs, limit, os.cpu_count())
+        if note:
+            print(note, flush=True)
         return Sweep(
-            args.sweep, folder, runs, slots, args.progress_interval, args.train_script
+            args.sweep, folder, runs, slots, limit, args.progress_interval, args.train_script
         ).run()
     finally:
         lock.release()

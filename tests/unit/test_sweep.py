@@ -242,6 +242,59 @@ def test_runs_on_the_cpu_share_the_cores_where_gpus_are_visible(tmp_path, monkey
     assert os.listdir(tmp_path) == []
 
 
+def test_in_a_grid_of_both_kinds_the_cpu_runs_take_no_gpu_slot(tmp_path, monkeypatch, capsys):
+    """One GPU, a grid of a CPU run and a GPU run: --max_parallel=2 runs both at once, the
+    GPU run on GPU 0 and the CPU run with no slot; a third run that needs the GPU waits for
+    it (the script stands in for the training and notes when it runs)."""
+    monkeypatch.setattr(sweep, "visible_gpus", lambda: 1)
+    script = tmp_path / "note_times.py"
+    script.write_text(
+        "import os, sys, time\n"
+        "if __name__ == '__main__':\n"
+        "    start = time.time()\n"
+        "    time.sleep(1.5)\n"
+        "    gpus = os.environ.get('CUDA_VISIBLE_DEVICES', 'unset')\n"
+        "    print(f'ran {start} {time.time()} gpus={gpus}')\n"
+    )
+    td = tmp_path / "td"
+    argv = ["--sweep=m", "--grid", "seed=1,2", "--grid", "device=auto,cpu", "--max_parallel=2",
+            f"--train_script={script}", "--progress_interval=60", "--", "--env=CartPole-v1",
+            f"--train_dir={td}"]  # fmt: skip
+    dry = [*argv[:7], "--dry_run", *argv[7:]]
+    assert sweep.main(dry) == 0
+    assert "4 runs, 2 at a time on GPU slots 0 (2 runs on the CPU, taking no slot)" in (
+        capsys.readouterr().out
+    )
+    assert sweep.main(argv) == 0
+    out = capsys.readouterr().out
+    assert "start seed_1__device_cpu on the CPU" in out
+    assert "start seed_1__device_auto on GPU 0" in out
+    times = {}
+    for run in json.loads((td / "m" / "sweep.json").read_text())["runs"]:
+        line = [x for x in (td / "m" / f"{run['name']}.log").read_text().splitlines()
+                if x.startswith("ran ")][0]  # fmt: skip
+        start, end = (float(x) for x in line.split()[1:3])
+        times[run["name"]] = (start, end)
+        assert run["gpus"] == ("0" if "auto" in run["name"] else None), run
+        assert line.endswith("gpus=0") == ("auto" in run["name"]), line
+    overlap = lambda a, b: times[a][0] < times[b][1] and times[b][0] < times[a][1]  # noqa: E731
+    # at most 2 at once, the GPU runs one after the other, a CPU run beside a GPU run
+    assert not overlap("seed_1__device_auto", "seed_2__device_auto")
+    assert overlap("seed_1__device_auto", "seed_1__device_cpu")
+    for name, (start, _) in times.items():
+        assert sum(s <= start < e for s, e in times.values()) <= 2, name
+
+
+def test_runs_at_once_past_the_cores_are_noted():
+    runs = [sweep.Run(f"r{i}", {}, [], cfg={"num_workers": 4, "num_policies": 2}) for i in range(3)]
+    note = sweep.core_note(runs, 2, 8)
+    assert note and "2 runs at once start up to 12 training processes" in note and "8 cores" in note
+    assert sweep.core_note(runs, 2, 12) is None  # they fit
+    assert sweep.core_note(runs, 1, 2) is None  # one at a time: the run's own business
+    runs[0].state = runs[1].state = "done earlier"  # one left to run
+    assert sweep.core_note(runs, 2, 8) is None
+
+
 def test_a_train_script_whose_top_level_fails_is_named(tmp_path, capsys):
     script = tmp_path / "bad.py"
     script.write_text("import sys\nsys.exit(train_everything())\n")  # trains at import time
