@@ -131,17 +131,20 @@ class ParentWatch:
     the child stops instead of spinning on as an orphan: learners then save their checkpoints
     on the way out. Create it in the child; `gone()` is one cheap system call.
 
-    Either sign will do: the OS parent changes (fork, spawn: the parent is the runner), or
-    the process that created the child through multiprocessing is gone (its sentinel closes;
-    under forkserver the OS parent is the fork server, which outlives the runner as long as its
-    children do; under fork the sentinel alone would wait for the siblings forked later, which
-    hold it too)."""
+    Either sign will do: the OS parent changes, where that parent is the runner (fork,
+    spawn), or the process that created the child through multiprocessing is gone (its
+    sentinel closes; under fork the sentinel alone would wait for the siblings forked later,
+    which hold it too). Under forkserver the OS parent is the fork server: it outlives the
+    runner as long as its children do, and its own end (killed alone) says nothing of the
+    runner's, so the sentinel alone decides there."""
 
     def __init__(self):
         self.runner = multiprocessing.parent_process()
         self.parent = os.getppid()
+        # the OS parent is the runner itself (not a fork server): its change means the runner's end
+        self.watch_parent = self.runner is None or self.runner.pid in (None, self.parent)
 
     def gone(self) -> bool:
-        if os.getppid() != self.parent:
+        if self.watch_parent and os.getppid() != self.parent:
             return True
         return self.runner is not None and not self.runner.is_alive()

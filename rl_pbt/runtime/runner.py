@@ -154,6 +154,42 @@ SUMMARY_CHECK_EVERY_S = 2.0
 RATINGS_EVERY_S = 1.0  # Elo matchmaking: newest ratings to the workers at most this often
 
 
+# Under forkserver (CUDA's start method) a child's end is read from the fork server: should the
+# server end alone (killed by hand, or by the OOM killer), every child reads as ended with exit
+# code 255 while it still runs. Where that code comes with the child's own process still
+# running, its pid decides.
+FORK_SERVER_LOST = 255
+
+
+def _running(proc) -> bool:
+    """Whether a child process runs, by its own pid where its fork server has ended."""
+    if proc.is_alive():
+        return True
+    return proc.exitcode == FORK_SERVER_LOST and bool(proc.pid) and hb.pid_running(proc.pid)
+
+
+def _wait_for(proc, timeout: float) -> None:
+    """proc.join(timeout), or a plain wait where only its pid says it runs."""
+    if proc.is_alive():
+        proc.join(timeout=timeout)
+    elif _running(proc):
+        time.sleep(min(timeout, 0.05))
+
+
+def _send(proc, sig: int) -> None:
+    """A signal to a child, through its pid where its fork server has ended."""
+    if proc.is_alive():
+        if sig == signal.SIGKILL:
+            proc.kill()
+        else:
+            proc.terminate()
+    elif _running(proc):
+        try:
+            os.kill(proc.pid, sig)
+        except ProcessLookupError:
+            pass
+
+
 def _is_learner(process_name: str) -> bool:
     """learner_P (one policy) or learners_DEVICE (--learner_processes=per_device)."""
     return process_name.startswith("learner")
@@ -613,6 +649,7 @@ class Runner:
         self.last_snapshot_steps = [0] * cfg.num_policies
         self.processes: list = []
         self._ctx = None  # the multiprocessing context children start from
+        self._fork_server_lost = False  # said once: the fork server ended, children run on
         self.incarnation = [0] * cfg.num_workers  # restarts of each rollout worker
         self.worker_deaths: dict[int, list[float]] = {}  # monotonic times, within the window
         # a component went silent soon after a worker death, or a learner or server died by a
@@ -1223,6 +1260,14 @@ class Runner:
     def _check_health(self) -> None:
         stopping = self.stop_flag[0] or self.stop_signals.requested is not None
         for i, proc in enumerate(self.processes):
+            if proc.exitcode == FORK_SERVER_LOST and _running(proc):
+                if not self._fork_server_lost:
+                    self._fork_server_lost = True
+                    log(
+                        "the fork server ended (its children run on); the processes are "
+                        "watched by their pids from here on"
+                    )
+                continue
             if proc.exitcode is not None and not stopping:
                 idx = self.proc_hb[proc.name]
                 what = (
@@ -1289,11 +1334,10 @@ class Runner:
             # the learners' saves are what matters: go on once they have all ended
             savers = [p for p in self.processes if _is_learner(p.name)]
             deadline = time.monotonic() + STOP_GRACE_S
-            while any(p.is_alive() for p in savers) and time.monotonic() < deadline:
+            while any(_running(p) for p in savers) and time.monotonic() < deadline:
                 time.sleep(0.2)
             for proc in self.processes:
-                if proc.is_alive():
-                    proc.kill()
+                _send(proc, signal.SIGKILL)
             asked = self.stop_signals.requested is not None  # a stop asked for: no restart
             argv = jam_restart_argv(self.cfg) if not (self._time_spent() or asked) else None
             if argv is not None:
@@ -1355,18 +1399,19 @@ class Runner:
         hung = self._hung_children()
         for proc in self.processes:
             deadline = start + (HUNG_STOP_GRACE_S if proc.name in hung else STOP_GRACE_S)
-            while proc.is_alive() and time.time() < deadline:
-                proc.join(timeout=0.1)
+            while _running(proc) and time.time() < deadline:
+                _wait_for(proc, 0.1)
                 self._consume_reports(raise_errors=False)
         for proc in self.processes:
-            if proc.is_alive():
+            if _running(proc):
                 why = "still not answering" if proc.name in hung else "did not stop in time"
                 log(f"{proc.name} {why}; terminating it")
-                proc.terminate()
+                _send(proc, signal.SIGTERM)
         for proc in self.processes:  # a learner takes SIGTERM as a request to stop: no more
-            proc.join(timeout=HUNG_STOP_GRACE_S)
-            if proc.is_alive():
-                proc.kill()
+            deadline = time.time() + HUNG_STOP_GRACE_S
+            while _running(proc) and time.time() < deadline:
+                _wait_for(proc, 0.1)
+            _send(proc, signal.SIGKILL)
         # under forkserver a child's end is read from the fork server: a SIGTERM to the whole
         # process group ends the server, and every child then looks ended while the learners
         # still write their checkpoints, which the side state below counts
@@ -1409,7 +1454,7 @@ class Runner:
                 p
                 for p, n in self.pbt_unapplied.items()
                 if n > 0 and by_name.get(self.learner_proc_of.get(p)) is not None
-                and by_name[self.learner_proc_of[p]].is_alive()
+                and _running(by_name[self.learner_proc_of[p]])
             ]  # fmt: skip
 
         while waiting() and time.monotonic() < deadline:

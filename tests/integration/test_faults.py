@@ -44,7 +44,9 @@ class DyingCartPole(gym.Wrapper):
             done = len(os.listdir(marks))
             if done < DEATHS:
                 open(os.path.join(marks, str(done)), "w").close()
-                os.kill(os.getpid(), signal.SIGKILL)
+                # KILL_PARENT: its parent dies instead (under forkserver, the fork server)
+                victim = os.getppid() if os.environ.get("KILL_PARENT") else os.getpid()
+                os.kill(victim, signal.SIGKILL)
         return self.env.step(action)
 
 
@@ -64,10 +66,11 @@ if __name__ == "__main__":
 """
 
 
-def run_script(tmp_path, experiment, victim, deaths, *extra, timeout=240):
+def run_script(tmp_path, experiment, victim, deaths, *extra, timeout=240, env_vars=None):
     script = tmp_path / "dying_train.py"
     script.write_text(textwrap.dedent(SCRIPT))
     env = dict(os.environ, PYTHONPATH=os.pathsep.join([ROOT, os.environ.get("PYTHONPATH", "")]))
+    env.update(env_vars or {})
     cmd = [sys.executable, str(script), str(tmp_path), experiment, str(victim), str(deaths)]
     return subprocess.run(
         cmd + list(extra), cwd=tmp_path, env=env, capture_output=True, text=True, timeout=timeout
@@ -97,6 +100,27 @@ def test_dead_worker_is_restarted_and_the_run_finishes_its_budget(tmp_path):
     for p in (0, 1):
         assert result["policies"][str(p)]["env_steps"] >= budget
         assert newest_state(exp_dir, p)["env_steps"] >= budget  # trained on after the restarts
+
+
+def test_a_fork_server_killed_alone_leaves_the_run_going(tmp_path):
+    """Under forkserver (CUDA's start method) a child's end is read from the fork server. Killed
+    alone mid-run, it made every child read as ended (exit code 255), and the children took
+    their parent's end for the runner's and stopped: the run ended with exit 1. Now the
+    children run on, watched by their pids, and the run spends its budget."""
+    budget = 15_000
+    out = run_script(tmp_path, "fs", 0, 1, f"--train_for_env_steps={budget}",
+                     "--mp_start_method=forkserver", env_vars={"KILL_PARENT": "1"})  # fmt: skip
+    log = out.stdout + out.stderr
+    assert out.returncode == 0, log[-3000:]
+    assert len(os.listdir(tmp_path / "deaths")) == 1  # the fork server was killed
+    assert "the fork server ended (its children run on)" in log, log[-3000:]
+    assert "died" not in log and "Traceback" not in log, log[-3000:]
+    exp_dir = os.path.join(tmp_path, "fs")
+    result = summary(exp_dir)
+    assert result["worker_restarts"] == 0
+    for p in (0, 1):
+        assert result["policies"][str(p)]["env_steps"] >= budget
+        assert newest_state(exp_dir, p)["env_steps"] >= budget
 
 
 def test_a_worker_that_keeps_dying_stops_the_run_with_the_reason(tmp_path):
