@@ -1261,12 +1261,12 @@ class Runner:
         stopping = self.stop_flag[0] or self.stop_signals.requested is not None
         for i, proc in enumerate(self.processes):
             if proc.exitcode == FORK_SERVER_LOST and _running(proc):
-                if not self._fork_server_lost:
-                    self._fork_server_lost = True
+                if not (self._fork_server_lost or stopping):  # (a group SIGTERM ends it too)
                     log(
                         "the fork server ended (its children run on); the processes are "
                         "watched by their pids from here on"
                     )
+                self._fork_server_lost = True
                 continue
             if proc.exitcode is not None and not stopping:
                 idx = self.proc_hb[proc.name]
