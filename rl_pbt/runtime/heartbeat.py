@@ -62,16 +62,6 @@ def pid_running(pid: int) -> bool:
     return True
 
 
-def wait_until_ended(pids: list[int], deadline: float) -> list[int]:
-    """Wait (until time.time() passes `deadline`) for the processes themselves to end; the
-    pids still running then."""
-    running = [pid for pid in pids if pid_running(pid)]
-    while running and time.time() < deadline:
-        time.sleep(0.05)
-        running = [pid for pid in running if pid_running(pid)]
-    return running
-
-
 class Heartbeats:
     def __init__(self, names: list[str]):
         self.names = list(names)

@@ -177,13 +177,8 @@ def _wait_for(proc, timeout: float) -> None:
 
 
 def _send(proc, sig: int) -> None:
-    """A signal to a child, through its pid where its fork server has ended."""
-    if proc.is_alive():
-        if sig == signal.SIGKILL:
-            proc.kill()
-        else:
-            proc.terminate()
-    elif _running(proc):
+    """A signal to a running child (by its pid, as `terminate` and `kill` send theirs)."""
+    if _running(proc):
         try:
             os.kill(proc.pid, sig)
         except ProcessLookupError:
@@ -1412,11 +1407,6 @@ class Runner:
             while _running(proc) and time.time() < deadline:
                 _wait_for(proc, 0.1)
             _send(proc, signal.SIGKILL)
-        # under forkserver a child's end is read from the fork server: a SIGTERM to the whole
-        # process group ends the server, and every child then looks ended while the learners
-        # still write their checkpoints, which the side state below counts
-        learners = [proc.pid for proc in self.processes if _is_learner(proc.name) and proc.pid]
-        hb.wait_until_ended(learners, start + STOP_GRACE_S)
         self._consume_reports(raise_errors=False)
         self._save_side_state()
         self.stats.status_line(

@@ -20,7 +20,7 @@ from rl_pbt.config.parse import ConfigError
 from rl_pbt.learning.checkpoints import load_latest_checkpoint
 from rl_pbt.learning.learner_process import LearnerHost
 from rl_pbt.pbt.lineage import read_events
-from rl_pbt.runtime.heartbeat import wait_until_ended
+from rl_pbt.runtime.heartbeat import pid_running
 from rl_pbt.runtime.runner import Runner, _MergedQueue
 from tests.small_run import SMALL_RUN
 
@@ -424,11 +424,16 @@ def test_a_run_killed_before_its_stop_resumes_its_frames_and_episodes(tmp_path, 
 def test_the_stop_waits_for_the_learners_processes_themselves():
     """Under forkserver the runner reads a child's end from the fork server; a SIGTERM to the
     group ends the server, and the learners then look ended while they still save: the stop
-    waits for their processes. An ended process not yet reaped (a zombie) counts as ended."""
+    waits for their processes, by pid (`runner._running`). An ended process not yet reaped (a
+    zombie) counts as ended."""
     slow = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(1.5)"])
     try:
-        assert wait_until_ended([slow.pid], time.time() + 0.2) == [slow.pid]  # still running
-        assert wait_until_ended([slow.pid], time.time() + 30) == []
+        time.sleep(0.2)
+        assert pid_running(slow.pid)  # still running
+        deadline = time.time() + 30
+        while pid_running(slow.pid) and time.time() < deadline:
+            time.sleep(0.05)
+        assert not pid_running(slow.pid)
         assert slow.poll() == 0  # it had ended: a zombie until reaped here
     finally:
         slow.kill()
