@@ -10,6 +10,7 @@ import signal
 import subprocess
 import sys
 import time
+from types import SimpleNamespace
 
 import gymnasium as gym
 import numpy as np
@@ -20,8 +21,7 @@ from rl_pbt.config.parse import ConfigError
 from rl_pbt.learning.checkpoints import load_latest_checkpoint
 from rl_pbt.learning.learner_process import LearnerHost
 from rl_pbt.pbt.lineage import read_events
-from rl_pbt.runtime.heartbeat import pid_running
-from rl_pbt.runtime.runner import Runner, _MergedQueue
+from rl_pbt.runtime.runner import FORK_SERVER_LOST, Runner, _MergedQueue, _running, _wait_for
 from tests.small_run import SMALL_RUN
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -427,13 +427,15 @@ def test_the_stop_waits_for_the_learners_processes_themselves():
     waits for their processes, by pid (`runner._running`). An ended process not yet reaped (a
     zombie) counts as ended."""
     slow = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(1.5)"])
+    # the child as the runner sees it once its fork server has ended
+    proc = SimpleNamespace(pid=slow.pid, exitcode=FORK_SERVER_LOST, is_alive=lambda: False)
     try:
         time.sleep(0.2)
-        assert pid_running(slow.pid)  # still running
+        assert _running(proc)  # still running
         deadline = time.time() + 30
-        while pid_running(slow.pid) and time.time() < deadline:
-            time.sleep(0.05)
-        assert not pid_running(slow.pid)
+        while _running(proc) and time.time() < deadline:  # the stop's wait
+            _wait_for(proc, 0.1)
+        assert not _running(proc)
         assert slow.poll() == 0  # it had ended: a zombie until reaped here
     finally:
         slow.kill()
